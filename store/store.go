@@ -1,0 +1,400 @@
+// Package store defines what FlexiQ keeps durably and how it is asked for:
+// the Store interface the namespace actors, retention and the admin door
+// need, and the shared types. Backends live in store/sqlite,
+// store/postgres and store/redis; store/storetest is the conformance suite
+// every backend runs.
+//
+// Methods are named Noun+Verb and take a params struct that carries Now, so
+// a backend never reads the clock and a test or simulation controls time.
+// Every write method is one transaction (or one atomic script): it lands
+// whole or not at all.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/flexiq/flexiq/api"
+)
+
+// Errors a backend returns; wrap with %w and test with errors.Is.
+var (
+	// ErrNotFound: no such row.
+	ErrNotFound = errors.New("store: not found")
+	// ErrConflict: a conditional write found the row changed.
+	ErrConflict = errors.New("store: conflict")
+)
+
+// Store is the durable state of a FlexiQ cluster.
+type Store interface {
+	JobStore
+	SettingStore
+	TokenStore
+	ConfigStore
+	// Ping reports whether the backend is reachable.
+	Ping(ctx context.Context) error
+	// Close releases the backend; the Store is unusable after.
+	Close() error
+}
+
+// JobStore holds jobs in every status.
+type JobStore interface {
+	// JobEnqueueMany writes a group of calls of one namespace in one
+	// transaction, in order, and returns each call's per-job results.
+	JobEnqueueMany(ctx context.Context, p JobEnqueueManyParams) ([][]api.EnqueueResult, error)
+	// JobClaimMany hands out due pending jobs for each claim in order, in
+	// one transaction.
+	JobClaimMany(ctx context.Context, p JobClaimManyParams) ([][]Job, error)
+	// JobUpdateMany applies acks, nacks, lease extensions and expiries to
+	// running jobs in one transaction. applied[i] is false where update i
+	// found its job no longer running with that attempt; nothing else of
+	// such an update is written.
+	JobUpdateMany(ctx context.Context, p JobUpdateManyParams) (applied []bool, err error)
+	// JobGet returns one job or ErrNotFound.
+	JobGet(ctx context.Context, namespace, id string) (Job, error)
+	// JobList lists a namespace's jobs, newest (highest Seq) first.
+	JobList(ctx context.Context, p JobListParams) ([]Job, error)
+	// JobCount counts a namespace's jobs by status. It reads the backlog
+	// and is meant for actor start-up and usage, not the enqueue path.
+	JobCount(ctx context.Context, namespace string) (Counts, error)
+	// JobListRunning returns a namespace's running jobs (for an actor
+	// rebuilding its running counts and leases).
+	JobListRunning(ctx context.Context, namespace string) ([]Job, error)
+	// JobListDeadRetryable returns dead letters of queue that died at or
+	// before DeadBefore, are not shed, did not die with retry:false and
+	// were replayed fewer than MaxReplays times, oldest first.
+	JobListDeadRetryable(ctx context.Context, p JobListDeadRetryableParams) ([]Job, error)
+	// JobDeleteFinishedBefore deletes up to Limit jobs of Status (completed
+	// or dead) in any namespace that finished before Before.
+	JobDeleteFinishedBefore(ctx context.Context, p JobDeleteFinishedBeforeParams) (int64, error)
+	// JobDeleteOverCeiling deletes the oldest (by finished_at) jobs of
+	// Status in Namespace beyond the newest Keep, at most Limit of them.
+	JobDeleteOverCeiling(ctx context.Context, p JobDeleteOverCeilingParams) (int64, error)
+}
+
+// Job is a job row.
+type Job struct {
+	Namespace string
+	ID        string
+	// Seq is the enqueue order within the store; later enqueues get larger
+	// values.
+	Seq      int64
+	Queue    string
+	Task     string
+	Payload  []byte // JSON text, nil when absent
+	Priority int64
+	RunAt    time.Time
+	// MaxAttempts is the job's own setting; 0 = take the queue's or the
+	// default.
+	MaxAttempts int64
+	Attempt     int64
+	Status      api.Status
+	UniqueKey   string
+	DebounceKey string
+	LeaseUntil  time.Time // zero unless running
+	Worker      string
+	Error       string
+	Result      []byte
+	DeadMeta    []byte
+	CreatedAt   time.Time
+	FinishedAt  time.Time // zero unless completed or dead
+	// Shed marks a dead letter written by drop mode.
+	Shed bool
+	// NoRetry marks a dead letter that died with retry:false.
+	NoRetry bool
+	// DeadReplays counts admitted auto-retry replays of this job.
+	DeadReplays int64
+}
+
+// NewJob is a job to insert. RunAt is already resolved (delay, debounce
+// window or given time) by the caller.
+type NewJob struct {
+	ID          string
+	Queue       string
+	Task        string
+	Payload     []byte
+	Priority    int64
+	RunAt       time.Time
+	MaxAttempts int64
+	UniqueKey   string
+	DebounceKey string
+	// Generated says the id was made by FlexiQ (time-ordered, never
+	// repeated), so the backend may skip the repeated-id check.
+	Generated bool
+}
+
+// Keyed reports whether the job's outcome depends on what is stored: a
+// client-chosen id, a unique key or a debounce key. Only such jobs can come
+// back deduplicated or coalesced.
+func (j *NewJob) Keyed() bool {
+	return !j.Generated || j.UniqueKey != "" || j.DebounceKey != ""
+}
+
+// EnqueueCall is one call's share: its jobs or replays, admitted or shed.
+type EnqueueCall struct {
+	// Jobs to insert.
+	Jobs []NewJob
+	// ReplayIDs are dead letters to make pending again (dead-letter
+	// replay); a call has Jobs or ReplayIDs, not both.
+	ReplayIDs []string
+	// AutoRetry marks replays made by the auto-retry sweep; admitted ones
+	// count against the job's dead_retry_max.
+	AutoRetry bool
+	// ShedError, when set, sheds the call: new jobs are written dead with
+	// this error and {"shed":"quota"}, holding no keys; replayed dead
+	// letters stay dead and are marked the same way.
+	ShedError string
+}
+
+// JobEnqueueManyParams is a group of calls for one namespace.
+type JobEnqueueManyParams struct {
+	Namespace string
+	Now       time.Time
+	Calls     []EnqueueCall
+}
+
+// Outcomes per job, in call order:
+//   - new job, admitted: enqueued; its id repeats a stored job's (any
+//     status): deduplicated, nothing written; its unique key is held by a
+//     pending or running job: deduplicated with that job's id; its debounce
+//     key is held by a pending job: coalesced with that job's id (that job's
+//     payload and run_at replaced by this one's).
+//   - new job, shed: shed, written dead holding no keys (an id already
+//     stored: shed, nothing written).
+//   - replay admitted: enqueued (pending, attempt 0, run_at Now, error and
+//     dead metadata cleared); the dead letter's unique key now held by
+//     another live job: deduplicated with that job's id, the dead letter
+//     untouched.
+//   - replay shed: shed, the dead letter marked shed and stripped of keys.
+//   - replay of an id that is not (or no longer) a dead letter: outcome ""
+//     and nothing written. Callers check ids first; this only happens when
+//     retention deleted the row in between.
+
+// ClaimSpec is one worker's claim.
+type ClaimSpec struct {
+	Queues     []string
+	Max        int
+	LeaseUntil time.Time
+	Worker     string
+}
+
+// JobClaimManyParams is a group of claims for one namespace.
+type JobClaimManyParams struct {
+	Namespace string
+	Now       time.Time
+	Claims    []ClaimSpec
+	// ExcludeTasks are tasks whose cap is already reached; the backend may
+	// leave their jobs out of its scan.
+	ExcludeTasks []string
+	// Allow is asked, in dispatch order (priority desc, run_at, Seq), for
+	// each due candidate; it returns whether to hand the job out and must
+	// count what it allows. A refused job is left untouched (its attempt
+	// too). Nil allows everything.
+	Allow func(queue, task string) bool
+}
+
+// UpdateKind says what an update does to a running job.
+type UpdateKind int
+
+// The update kinds.
+const (
+	// UpdateComplete: ack → completed, Result kept, finished_at Now.
+	UpdateComplete UpdateKind = iota + 1
+	// UpdateRetry: pending again at RunAt, Error kept, lease cleared.
+	UpdateRetry
+	// UpdateDead: dead, Error kept, finished_at Now; NoRetry marks retry:false.
+	UpdateDead
+	// UpdateExtend: lease extended to LeaseUntil.
+	UpdateExtend
+)
+
+// JobUpdate changes one running job. It applies only while the job is
+// running with Attempt.
+type JobUpdate struct {
+	ID         string
+	Attempt    int64
+	Kind       UpdateKind
+	Result     []byte
+	Error      string
+	RunAt      time.Time
+	LeaseUntil time.Time
+	NoRetry    bool
+}
+
+// JobUpdateManyParams is a group of updates for one namespace.
+type JobUpdateManyParams struct {
+	Namespace string
+	Now       time.Time
+	Updates   []JobUpdate
+}
+
+// JobListParams filters JobList. Empty fields do not filter.
+type JobListParams struct {
+	Namespace string
+	Status    api.Status
+	Queue     string
+	// Shed: nil any, true only shed dead letters, false none of them.
+	Shed *bool
+	// BeforeSeq pages: only jobs with Seq < BeforeSeq (0 = from the newest).
+	BeforeSeq int64
+	Limit     int
+}
+
+// Counts are a namespace's jobs by status.
+type Counts struct {
+	Pending   int64
+	Running   int64
+	Completed int64
+	Dead      int64
+}
+
+// JobListDeadRetryableParams selects dead letters for the auto-retry sweep.
+type JobListDeadRetryableParams struct {
+	Namespace  string
+	Queue      string
+	DeadBefore time.Time
+	MaxReplays int64
+	Limit      int
+}
+
+// JobDeleteFinishedBeforeParams is one TTL sweep batch.
+type JobDeleteFinishedBeforeParams struct {
+	Status api.Status // completed or dead
+	Before time.Time
+	Limit  int
+}
+
+// JobDeleteOverCeilingParams is one row-ceiling batch.
+type JobDeleteOverCeilingParams struct {
+	Namespace string
+	Status    api.Status // completed or dead
+	Keep      int64
+	Limit     int
+}
+
+// SettingStore is the settings key-value store with its audit trail.
+type SettingStore interface {
+	// SettingGet returns the setting under key; a deleted one comes back
+	// with a nil Value and its revision; a key never written is ErrNotFound.
+	SettingGet(ctx context.Context, key string) (Setting, error)
+	// SettingPut writes (or, with a nil Value, deletes) a setting, bumps its
+	// revision and records p.Audit, all in one transaction. With
+	// IfRevision set, a setting at another revision is ErrConflict.
+	SettingPut(ctx context.Context, p SettingPutParams) (Setting, error)
+	// SettingList lists live settings whose key starts with prefix, by key.
+	SettingList(ctx context.Context, prefix string) ([]Setting, error)
+	// AuditList lists a namespace's audit entries, newest first.
+	AuditList(ctx context.Context, p AuditListParams) ([]AuditEntry, error)
+}
+
+// Setting is one key's value. Value nil means deleted (or never set).
+type Setting struct {
+	Key       string
+	Value     []byte
+	Revision  int64
+	UpdatedAt time.Time
+}
+
+// SettingPutParams writes one setting.
+type SettingPutParams struct {
+	Key   string
+	Value []byte // nil deletes
+	Now   time.Time
+	// IfRevision, when not nil, makes the write conditional on the current
+	// revision (0 for a key never written).
+	IfRevision *int64
+	// Audit, when not nil, is recorded with the before and after values.
+	Audit *AuditRecord
+}
+
+// AuditRecord is what the caller says of a write; the store adds the
+// before and after values and the time.
+type AuditRecord struct {
+	Actor      string
+	Action     string
+	TargetKind string
+	Target     string
+	// Namespace scopes the entry for AuditList; empty for cluster-wide
+	// writes (generic settings).
+	Namespace string
+}
+
+// AuditEntry is one recorded write.
+type AuditEntry struct {
+	ID int64
+	AuditRecord
+	At     time.Time
+	Before []byte // nil: nothing existed
+	After  []byte // nil: nothing remains
+}
+
+// AuditListParams filters AuditList.
+type AuditListParams struct {
+	Namespace string
+	Limit     int
+}
+
+// TokenStore holds API tokens, by hash only.
+type TokenStore interface {
+	TokenCreate(ctx context.Context, t Token) error
+	// TokenGetByHash returns a live (not revoked) token or ErrNotFound.
+	TokenGetByHash(ctx context.Context, hash []byte) (Token, error)
+	// TokenRevoke revokes a token; ErrNotFound if no live token has id.
+	TokenRevoke(ctx context.Context, id string, now time.Time) (Token, error)
+}
+
+// Token is a stored token: its id, the hash of its secret, its namespace
+// and role.
+type Token struct {
+	ID        string
+	Hash      []byte
+	Namespace string
+	Role      string
+	CreatedAt time.Time
+}
+
+// ConfigStore holds a namespace's named configuration items: queue and
+// task settings, triggers and periodic schedules, and their state.
+type ConfigStore interface {
+	// ConfigGet returns one item or ErrNotFound.
+	ConfigGet(ctx context.Context, namespace, kind, name string) (ConfigItem, error)
+	// ConfigPut creates or replaces an item. With Create set, an existing
+	// item is ErrConflict.
+	ConfigPut(ctx context.Context, p ConfigPutParams) (ConfigItem, error)
+	// ConfigDelete removes an item; ErrNotFound if there is none.
+	ConfigDelete(ctx context.Context, namespace, kind, name string) error
+	// ConfigList lists a namespace's items of kind in creation order; an
+	// empty namespace lists every namespace's.
+	ConfigList(ctx context.Context, namespace, kind string) ([]ConfigItem, error)
+}
+
+// ConfigItem is one configuration item.
+type ConfigItem struct {
+	Namespace string
+	Kind      string
+	Name      string
+	Value     []byte
+	// Seq orders items by creation; replacing an item keeps it.
+	Seq int64
+	// Revision counts writes to the item, from 1.
+	Revision  int64
+	UpdatedAt time.Time
+}
+
+// ConfigPutParams writes one configuration item.
+type ConfigPutParams struct {
+	Item   ConfigItem
+	Now    time.Time
+	Create bool
+	// IfRevision, when not nil, makes the write conditional on the item's
+	// current revision (0: the item must not exist); otherwise ErrConflict.
+	IfRevision *int64
+}
+
+// Faults lets tests fail a write transaction part-way: a backend calls
+// Fault between the steps of its write methods and, on error, rolls back and
+// returns it. Production stores have none.
+type Faults interface {
+	Fault(op string, step int) error
+}
