@@ -112,7 +112,9 @@ func Decode(data []byte) (Document, error) {
 // decodeObject splits a JSON object into raw fields without encoding/json's
 // case-insensitive matching, which would take MAX_PENDING for max_pending.
 func decodeObject(data []byte) (map[string]json.RawMessage, error) {
-	trimmed := bytes.TrimSpace(data)
+	// Only JSON's own whitespace may surround the object: bytes.TrimSpace
+	// would also take \v, \f, U+0085 and U+00A0, which JSON does not allow.
+	trimmed := bytes.TrimLeft(data, jsonSpace)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, invalid("the document must be a JSON object")
 	}
@@ -146,14 +148,17 @@ func decodeObject(data []byte) (map[string]json.RawMessage, error) {
 	if _, err := dec.Token(); err != nil { // }
 		return nil, invalid("the document is not valid JSON: %v", err)
 	}
-	if dec.More() {
-		return nil, invalid("the document is not valid JSON: data after the object")
-	}
-	if _, err := dec.Token(); err == nil {
+	// Anything but whitespace after the object is refused. dec.More and
+	// dec.Token cannot tell: More is false before a stray '}' or ']' and
+	// Token then fails, so "{}}" would pass.
+	if rest := bytes.TrimLeft(trimmed[dec.InputOffset():], jsonSpace); len(rest) != 0 {
 		return nil, invalid("the document is not valid JSON: data after the object")
 	}
 	return fields, nil
 }
+
+// jsonSpace is the whitespace JSON allows between tokens (RFC 8259 §2).
+const jsonSpace = " \t\r\n"
 
 func sortedKeys(m map[string]json.RawMessage) []string {
 	keys := make([]string, 0, len(m))
@@ -287,6 +292,25 @@ func ParseRate(s string) (Rate, error) {
 	return Rate{Count: n, Unit: u, Text: s}, nil
 }
 
+// String is the rate as written; a Rate built in code without Text is
+// rendered from Count and Unit ("500/s"), so that it encodes to a document
+// that decodes and Equal tells different rates apart.
+func (r Rate) String() string {
+	if r.Text != "" {
+		return r.Text
+	}
+	unit := r.Unit.String()
+	switch r.Unit {
+	case time.Second:
+		unit = "s"
+	case time.Minute:
+		unit = "m"
+	case time.Hour:
+		unit = "h"
+	}
+	return strconv.FormatInt(r.Count, 10) + "/" + unit
+}
+
 // Encode renders the canonical JSON: fields in document order, unset fields
 // left out, so an empty document is {}.
 func (d Document) Encode() []byte {
@@ -304,14 +328,16 @@ func (d Document) Encode() []byte {
 		}
 	}
 	num(FieldMaxPending, d.MaxPending)
-	if d.OnExcess != "" {
+	str := func(name, v string) {
 		sep()
-		fmt.Fprintf(&b, "%q:%q", FieldOnExcess, string(d.OnExcess))
+		text, _ := json.Marshal(v) // JSON quoting: %q's Go escapes (\x00) are not JSON
+		fmt.Fprintf(&b, "%q:%s", name, text)
+	}
+	if d.OnExcess != "" {
+		str(FieldOnExcess, string(d.OnExcess))
 	}
 	if d.EnqueueRate != nil {
-		sep()
-		text, _ := json.Marshal(d.EnqueueRate.Text)
-		fmt.Fprintf(&b, "%q:%s", FieldEnqueueRate, text)
+		str(FieldEnqueueRate, d.EnqueueRate.String())
 	}
 	num(FieldMaxRunning, d.MaxRunning)
 	num(FieldMaxArchivedRows, d.MaxArchivedRows)
@@ -376,7 +402,9 @@ func NamespaceFromKey(key string) (ns string, ok bool) {
 		return "", false
 	}
 	n, err := strconv.Atoi(lenText)
-	if err != nil || n != len(name) {
+	// Only the key Key writes: not "quota:ns:04:acme" or "quota:ns:+4:acme"
+	// (Atoi takes both), "quota:ns:0:" or "quota:ns:7:default".
+	if err != nil || n != len(name) || name == "" || Key(name) != key {
 		return "", false
 	}
 	return name, true
