@@ -58,6 +58,11 @@ type JobStore interface {
 	// JobCount counts a namespace's jobs by status. It reads the backlog
 	// and is meant for actor start-up and usage, not the enqueue path.
 	JobCount(ctx context.Context, namespace string) (Counts, error)
+	// JobNextRunAt returns the earliest run_at of the queues' pending jobs
+	// that were not yet due when last written (delayed, or retrying after a
+	// backoff); ok is false when there are none. It may lie in the past: the
+	// job is due and the next claim takes it.
+	JobNextRunAt(ctx context.Context, namespace string, queues []string) (next time.Time, ok bool, err error)
 	// JobListRunning returns a namespace's running jobs (for an actor
 	// rebuilding its running counts and leases).
 	JobListRunning(ctx context.Context, namespace string) ([]Job, error)
@@ -188,11 +193,30 @@ type JobClaimManyParams struct {
 	// leave their jobs out of its scan.
 	ExcludeTasks []string
 	// Allow is asked, in dispatch order (priority desc, run_at, Seq), for
-	// each due candidate; it returns whether to hand the job out and must
-	// count what it allows. A refused job is left untouched (its attempt
-	// too). Nil allows everything.
-	Allow func(queue, task string) bool
+	// each due candidate and says what to do with it; it must count what it
+	// takes. A job not taken is left untouched (its attempt too). Nil takes
+	// everything.
+	Allow func(queue, task string) ClaimVerdict
 }
+
+// ClaimVerdict is the dispatch gate's answer for one candidate job. The
+// skip verdicts let a backend stop scanning jobs that cannot go out.
+type ClaimVerdict int
+
+// The claim verdicts.
+const (
+	// ClaimTake hands the job out.
+	ClaimTake ClaimVerdict = iota
+	// ClaimSkipTask leaves the job, and every further job of its task in
+	// this group, pending: the task's cap is reached.
+	ClaimSkipTask
+	// ClaimSkipQueue leaves the job, and every further job of its queue in
+	// this group, pending: the queue's cap is reached.
+	ClaimSkipQueue
+	// ClaimStop leaves the job pending and ends the whole group: the
+	// namespace's cap is reached.
+	ClaimStop
+)
 
 // UpdateKind says what an update does to a running job.
 type UpdateKind int

@@ -1,0 +1,862 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/store"
+)
+
+// Status codes in the status column.
+const (
+	stPending   = 0
+	stRunning   = 1
+	stCompleted = 2
+	stDead      = 3
+	stScheduled = 4 // pending, run_at in the future
+)
+
+// pendingStatus is the status of a pending job due at runAt, seen at now.
+func pendingStatus(runAt, now time.Time) int {
+	if runAt.After(now) {
+		return stScheduled
+	}
+	return stPending
+}
+
+func statusCode(s api.Status) (int, bool) {
+	switch s {
+	case api.StatusPending:
+		return stPending, true
+	case api.StatusRunning:
+		return stRunning, true
+	case api.StatusCompleted:
+		return stCompleted, true
+	case api.StatusDead:
+		return stDead, true
+	}
+	return 0, false
+}
+
+var statusNames = [...]api.Status{api.StatusPending, api.StatusRunning, api.StatusCompleted, api.StatusDead, api.StatusPending}
+
+const jobCols = `seq, namespace, id, queue, task, payload, priority, run_at, max_attempts, attempt,
+	status, unique_key, debounce_key, lease_until, worker, error, result, dead_meta,
+	created_at, finished_at, shed, no_retry, dead_replays`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanJob(sc scanner) (store.Job, error) {
+	var (
+		j                                       store.Job
+		status                                  int
+		uniqueKey, debounceKey, worker, errText sql.NullString
+		leaseUntil, finishedAt                  sql.NullInt64
+		runAt, createdAt                        int64
+		shed, noRetry                           int
+	)
+	err := sc.Scan(&j.Seq, &j.Namespace, &j.ID, &j.Queue, &j.Task, &j.Payload, &j.Priority, &runAt,
+		&j.MaxAttempts, &j.Attempt, &status, &uniqueKey, &debounceKey, &leaseUntil, &worker, &errText,
+		&j.Result, &j.DeadMeta, &createdAt, &finishedAt, &shed, &noRetry, &j.DeadReplays)
+	if err != nil {
+		return j, err
+	}
+	if status >= 0 && status < len(statusNames) {
+		j.Status = statusNames[status]
+	}
+	j.RunAt = time.Unix(0, runAt).UTC()
+	j.CreatedAt = time.Unix(0, createdAt).UTC()
+	j.UniqueKey, j.DebounceKey, j.Worker, j.Error = uniqueKey.String, debounceKey.String, worker.String, errText.String
+	j.LeaseUntil = fromNanos(leaseUntil)
+	j.FinishedAt = fromNanos(finishedAt)
+	j.Shed, j.NoRetry = shed != 0, noRetry != 0
+	return j, nil
+}
+
+// ---------------------------------------------------------------------------
+// Enqueue
+
+// Bulk rows bind plain "?" parameters only: modernc looks every parameter
+// up by name when it binds, and numbered ones make that quadratic in the
+// statement's size.
+var bulkSizes = []int{256, 64, 16, 4, 1}
+
+// bulkInsertSQL builds the multi-row insert for n rows. Shed rows are dead
+// at once and hold no keys.
+func bulkInsertSQL(n int, shed, returning bool) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO jobs (namespace, id, queue, task, payload, priority, run_at, max_attempts,
+		created_at, status, error, dead_meta, finished_at, shed) VALUES `)
+	row := "(?,?,?,?,?,?,?,?,?,?,NULL,NULL,NULL,0)"
+	if shed {
+		row = "(?,?,?,?,?,?,?,?,?,3,?,?,?,1)"
+	}
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(row)
+	}
+	b.WriteString(" ON CONFLICT DO NOTHING")
+	if returning {
+		b.WriteString(" RETURNING id")
+	}
+	return b.String()
+}
+
+type bulkRow struct {
+	job *store.NewJob
+	res *api.EnqueueResult
+}
+
+// enqueuer writes one group inside a transaction.
+type enqueuer struct {
+	s    *Store
+	ctx  context.Context
+	tx   *wtx
+	ns   string
+	now  time.Time
+	step func() error
+
+	rows       []bulkRow
+	rowsShed   string // the ShedError of the buffered rows; "" = admitted
+	rowsIsShed bool
+	args       []any
+}
+
+func (e *enqueuer) call(c store.EnqueueCall) ([]api.EnqueueResult, error) {
+	if len(c.ReplayIDs) > 0 {
+		res := make([]api.EnqueueResult, len(c.ReplayIDs))
+		if err := e.flush(); err != nil {
+			return nil, err
+		}
+		for i, id := range c.ReplayIDs {
+			r, err := e.replay(id, c)
+			if err != nil {
+				return nil, err
+			}
+			res[i] = r
+		}
+		return res, nil
+	}
+	res := make([]api.EnqueueResult, len(c.Jobs))
+	shed := c.ShedError != ""
+	for i := range c.Jobs {
+		j := &c.Jobs[i]
+		res[i] = api.EnqueueResult{ID: j.ID}
+		if shed || (j.UniqueKey == "" && j.DebounceKey == "") {
+			if len(e.rows) > 0 && (e.rowsIsShed != shed || e.rowsShed != c.ShedError) {
+				if err := e.flush(); err != nil {
+					return nil, err
+				}
+			}
+			e.rowsIsShed, e.rowsShed = shed, c.ShedError
+			e.rows = append(e.rows, bulkRow{job: j, res: &res[i]})
+			if shed {
+				res[i].Outcome = api.OutcomeShed
+			}
+			continue
+		}
+		if err := e.flush(); err != nil {
+			return nil, err
+		}
+		r, err := e.keyed(j)
+		if err != nil {
+			return nil, err
+		}
+		res[i] = r
+	}
+	return res, nil
+}
+
+// flush inserts the buffered key-less rows in as few statements as it can.
+func (e *enqueuer) flush() error {
+	rows := e.rows
+	for len(rows) > 0 {
+		n := 1
+		for _, size := range bulkSizes {
+			if len(rows) >= size {
+				n = size
+				break
+			}
+		}
+		chunk := rows[:n]
+		rows = rows[n:]
+		if err := e.step(); err != nil {
+			return err
+		}
+		returning := false
+		for _, r := range chunk {
+			if !r.job.Generated {
+				returning = true
+				break
+			}
+		}
+		args := e.args[:0]
+		now := nanos(e.now)
+		for _, r := range chunk {
+			j := r.job
+			args = append(args, e.ns, j.ID, j.Queue, j.Task, nullBytes(j.Payload), j.Priority, nanos(j.RunAt), j.MaxAttempts, now)
+			if !e.rowsIsShed {
+				args = append(args, pendingStatus(j.RunAt, e.now))
+			} else {
+				args = append(args, e.rowsShed, []byte(admissionShedMeta), now)
+			}
+		}
+		e.args = args
+		query := bulkInsertSQL(n, e.rowsIsShed, returning)
+		if !returning {
+			if _, err := e.tx.ExecContext(e.ctx, query, args...); err != nil {
+				return err
+			}
+			if !e.rowsIsShed {
+				for _, r := range chunk {
+					r.res.Outcome = api.OutcomeEnqueued
+				}
+			}
+			continue
+		}
+		rs, err := e.tx.QueryContext(e.ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		inserted := map[string]int{}
+		for rs.Next() {
+			var id string
+			if err := rs.Scan(&id); err != nil {
+				rs.Close()
+				return err
+			}
+			inserted[id]++
+		}
+		if err := rs.Close(); err != nil {
+			return err
+		}
+		if e.rowsIsShed {
+			continue // shed either way; a repeated id simply wrote nothing
+		}
+		for _, r := range chunk {
+			if inserted[r.job.ID] > 0 {
+				inserted[r.job.ID]--
+				r.res.Outcome = api.OutcomeEnqueued
+			} else {
+				r.res.Outcome = api.OutcomeDeduplicated
+			}
+		}
+	}
+	e.rows = e.rows[:0]
+	return nil
+}
+
+// keyed writes one admitted job with a unique or debounce key.
+func (e *enqueuer) keyed(j *store.NewJob) (api.EnqueueResult, error) {
+	ctx, tx := e.ctx, e.tx
+	if err := e.step(); err != nil {
+		return api.EnqueueResult{}, err
+	}
+	if !j.Generated {
+		var one int
+		row := e.tx.QueryRowContext(ctx, `SELECT 1 FROM jobs WHERE namespace = ? AND id = ?`, e.ns, j.ID)
+		switch err := row.Scan(&one); {
+		case err == nil:
+			return api.EnqueueResult{ID: j.ID, Outcome: api.OutcomeDeduplicated}, nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return api.EnqueueResult{}, err
+		}
+	}
+	if j.UniqueKey != "" {
+		var holder string
+		row := e.tx.QueryRowContext(ctx, `SELECT id FROM jobs WHERE namespace = ? AND unique_key = ? AND status IN (0, 1, 4)`, e.ns, j.UniqueKey)
+		switch err := row.Scan(&holder); {
+		case err == nil:
+			return api.EnqueueResult{ID: holder, Outcome: api.OutcomeDeduplicated}, nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return api.EnqueueResult{}, err
+		}
+	}
+	if j.DebounceKey != "" {
+		var (
+			seq    int64
+			holder string
+		)
+		row := e.tx.QueryRowContext(ctx, `SELECT seq, id FROM jobs WHERE namespace = ? AND debounce_key = ? AND status IN (0, 4)`, e.ns, j.DebounceKey)
+		switch err := row.Scan(&seq, &holder); {
+		case err == nil:
+			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET payload = ?, run_at = ?, status = ? WHERE seq = ?`,
+				nullBytes(j.Payload), nanos(j.RunAt), pendingStatus(j.RunAt, e.now), seq); err != nil {
+				return api.EnqueueResult{}, err
+			}
+			return api.EnqueueResult{ID: holder, Outcome: api.OutcomeCoalesced}, nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return api.EnqueueResult{}, err
+		}
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO jobs (namespace, id, queue, task, payload, priority, run_at, max_attempts,
+		status, unique_key, debounce_key, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		e.ns, j.ID, j.Queue, j.Task, nullBytes(j.Payload), j.Priority, nanos(j.RunAt), j.MaxAttempts, pendingStatus(j.RunAt, e.now),
+		nullString(j.UniqueKey), nullString(j.DebounceKey), nanos(e.now))
+	if err != nil {
+		return api.EnqueueResult{}, err
+	}
+	return api.EnqueueResult{ID: j.ID, Outcome: api.OutcomeEnqueued}, nil
+}
+
+// replay makes one dead letter pending again, or marks it shed.
+func (e *enqueuer) replay(id string, c store.EnqueueCall) (api.EnqueueResult, error) {
+	ctx, tx := e.ctx, e.tx
+	if err := e.step(); err != nil {
+		return api.EnqueueResult{}, err
+	}
+	var (
+		seq       int64
+		status    int
+		uniqueKey sql.NullString
+	)
+	row := e.tx.QueryRowContext(ctx, `SELECT seq, status, unique_key FROM jobs WHERE namespace = ? AND id = ?`, e.ns, id)
+	switch err := row.Scan(&seq, &status, &uniqueKey); {
+	case errors.Is(err, sql.ErrNoRows):
+		return api.EnqueueResult{ID: id}, nil
+	case err != nil:
+		return api.EnqueueResult{}, err
+	}
+	if status != stDead {
+		return api.EnqueueResult{ID: id}, nil
+	}
+	if c.ShedError != "" {
+		_, err := tx.ExecContext(ctx, `UPDATE jobs SET shed = 1, error = ?, dead_meta = ?, unique_key = NULL, debounce_key = NULL WHERE seq = ?`,
+			c.ShedError, []byte(admissionShedMeta), seq)
+		if err != nil {
+			return api.EnqueueResult{}, err
+		}
+		return api.EnqueueResult{ID: id, Outcome: api.OutcomeShed}, nil
+	}
+	if uniqueKey.Valid {
+		var holder string
+		row := e.tx.QueryRowContext(ctx, `SELECT id FROM jobs WHERE namespace = ? AND unique_key = ? AND status IN (0, 1, 4)`, e.ns, uniqueKey.String)
+		switch err := row.Scan(&holder); {
+		case err == nil:
+			return api.EnqueueResult{ID: holder, Outcome: api.OutcomeDeduplicated}, nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return api.EnqueueResult{}, err
+		}
+	}
+	replays := 0
+	if c.AutoRetry {
+		replays = 1
+	}
+	// The debounce key is dropped: the window it stood for is long gone.
+	_, err := tx.ExecContext(ctx, `UPDATE jobs SET status = 0, attempt = 0, run_at = ?, error = NULL, dead_meta = NULL,
+		finished_at = NULL, lease_until = NULL, worker = NULL, result = NULL, shed = 0, no_retry = 0,
+		debounce_key = NULL, dead_replays = dead_replays + ? WHERE seq = ?`, nanos(e.now), replays, seq)
+	if err != nil {
+		return api.EnqueueResult{}, err
+	}
+	return api.EnqueueResult{ID: id, Outcome: api.OutcomeEnqueued}, nil
+}
+
+// admissionShedMeta is the dead-letter metadata of shed jobs (SPEC §4).
+const admissionShedMeta = `{"shed":"quota"}`
+
+// JobEnqueueMany writes a group of calls in one transaction.
+func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
+	var out [][]api.EnqueueResult
+	err := s.tx(ctx, "JobEnqueueMany", func(tx *wtx, step func() error) error {
+		out = make([][]api.EnqueueResult, len(p.Calls))
+		e := &enqueuer{s: s, ctx: ctx, tx: tx, ns: p.Namespace, now: p.Now, step: step}
+		for i, c := range p.Calls {
+			res, err := e.call(c)
+			if err != nil {
+				return err
+			}
+			out[i] = res
+		}
+		return e.flush()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------------------------
+// Claim
+
+const claimCols = `seq, id, queue, task, priority, run_at`
+
+type candidate struct {
+	seq      int64
+	id       string
+	queue    string
+	task     string
+	priority int64
+	runAt    int64
+}
+
+// before reports whether a goes out before b: priority desc, run_at, seq.
+func (a *candidate) before(b *candidate) bool {
+	if a.priority != b.priority {
+		return a.priority > b.priority
+	}
+	if a.runAt != b.runAt {
+		return a.runAt < b.runAt
+	}
+	return a.seq < b.seq
+}
+
+// cursor walks one queue's due pending jobs in dispatch order, a page at a
+// time, leaving out skipped tasks.
+type cursor struct {
+	queue string
+	page  []candidate
+	pos   int // next candidate in page
+	last  *candidate
+	done  bool
+}
+
+func containsCursor(cs []*cursor, c *cursor) bool {
+	for _, x := range cs {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// fetchSQL has one shape for every page so it stays prepared: the keyset
+// starts before every job, and skipped tasks come as a JSON array.
+const fetchSQL = `SELECT ` + claimCols + ` FROM jobs INDEXED BY jobs_claim
+	WHERE namespace = ?1 AND queue = ?2 AND status = 0
+	AND (priority < ?3 OR (priority = ?3 AND (run_at > ?4 OR (run_at = ?4 AND seq > ?5))))
+	AND (?6 IS NULL OR task NOT IN (SELECT value FROM json_each(?6)))
+	ORDER BY priority DESC, run_at, seq LIMIT ?7`
+
+func (s *Store) fetch(ctx context.Context, tx *wtx, ns string, c *cursor, skip map[string]bool, limit int) error {
+	// Before the first page the keyset sits ahead of every job: priority
+	// MaxInt64 with run_at MinInt64 still lets jobs of priority MaxInt64 in.
+	lastPri, lastRun, lastSeq := int64(math.MaxInt64), int64(math.MinInt64), int64(math.MinInt64)
+	if c.last != nil {
+		lastPri, lastRun, lastSeq = c.last.priority, c.last.runAt, c.last.seq
+	}
+	var skipJSON any
+	if len(skip) > 0 {
+		tasks := make([]string, 0, len(skip))
+		for t := range skip {
+			tasks = append(tasks, t)
+		}
+		b, err := json.Marshal(tasks)
+		if err != nil {
+			return err
+		}
+		skipJSON = string(b)
+	}
+	rows, err := tx.QueryContext(ctx, fetchSQL, ns, c.queue, lastPri, lastRun, lastSeq, skipJSON, limit)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	c.page, c.pos = c.page[:0], 0
+	for rows.Next() {
+		var cd candidate
+		if err := rows.Scan(&cd.seq, &cd.id, &cd.queue, &cd.task, &cd.priority, &cd.runAt); err != nil {
+			return err
+		}
+		c.page = append(c.page, cd)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(c.page) < limit {
+		c.done = true
+	}
+	if len(c.page) > 0 {
+		last := c.page[len(c.page)-1]
+		c.last = &last
+	}
+	return nil
+}
+
+// JobClaimMany hands out due jobs for each claim in one transaction.
+func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
+	var out [][]store.Job
+	err := s.tx(ctx, "JobClaimMany", func(tx *wtx, step func() error) error {
+		out = make([][]store.Job, len(p.Claims))
+		skipTask := map[string]bool{}
+		for _, t := range p.ExcludeTasks {
+			skipTask[t] = true
+		}
+		skipQueue := map[string]bool{}
+		stopped := false
+		now := nanos(p.Now)
+		// Cursors are shared by the group's claims: a page read for one
+		// claim serves the next, so a group of small claims reads each
+		// queue's head once.
+		remaining := 0
+		for _, c := range p.Claims {
+			remaining += c.Max
+		}
+		cursors := map[string]*cursor{}
+		for ci, claim := range p.Claims {
+			if stopped {
+				break
+			}
+			if err := step(); err != nil {
+				return err
+			}
+			var taken []int64
+			var mine []*cursor
+			for _, q := range claim.Queues {
+				c, ok := cursors[q]
+				if !ok {
+					// Due scheduled jobs become available before the scan.
+					if _, err := tx.ExecContext(ctx, `UPDATE jobs SET status = 0
+						WHERE namespace = ? AND queue = ? AND status = 4 AND run_at <= ?`, p.Namespace, q, now); err != nil {
+						return err
+					}
+					c = &cursor{queue: q}
+					cursors[q] = c
+				}
+				if !containsCursor(mine, c) {
+					mine = append(mine, c)
+				}
+			}
+			for len(taken) < claim.Max && !stopped {
+				// Pick the best head among the claim's queues, refilling
+				// pages as they run out.
+				var best *cursor
+				for _, c := range mine {
+					if skipQueue[c.queue] {
+						continue
+					}
+					for c.pos < len(c.page) && skipTask[c.page[c.pos].task] {
+						c.pos++
+					}
+					if c.pos >= len(c.page) && !c.done {
+						if err := s.fetch(ctx, tx, p.Namespace, c, skipTask, remaining*2+16); err != nil {
+							return err
+						}
+					}
+					if c.pos >= len(c.page) {
+						continue
+					}
+					if best == nil || c.page[c.pos].before(&best.page[best.pos]) {
+						best = c
+					}
+				}
+				if best == nil {
+					break
+				}
+				cd := best.page[best.pos]
+				best.pos++
+				verdict := store.ClaimTake
+				if p.Allow != nil {
+					verdict = p.Allow(cd.queue, cd.task)
+				}
+				switch verdict {
+				case store.ClaimSkipTask:
+					skipTask[cd.task] = true
+					continue
+				case store.ClaimSkipQueue:
+					skipQueue[cd.queue] = true
+					continue
+				case store.ClaimStop:
+					stopped = true
+					continue
+				}
+				taken = append(taken, cd.seq)
+			}
+			remaining -= claim.Max
+			if len(taken) == 0 {
+				continue
+			}
+			if err := step(); err != nil {
+				return err
+			}
+			jobs := make([]store.Job, 0, len(taken))
+			for _, seq := range taken {
+				row := tx.QueryRowContext(ctx, `UPDATE jobs SET status = 1, attempt = attempt + 1, lease_until = ?, worker = ?
+					WHERE seq = ? AND status = 0 RETURNING `+jobCols, nanos(claim.LeaseUntil), nullString(claim.Worker), seq)
+				j, err := scanJob(row)
+				if err != nil {
+					return fmt.Errorf("claim seq %d: %w", seq, err)
+				}
+				jobs = append(jobs, j)
+			}
+			out[ci] = jobs
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------------------------
+// Updates
+
+// JobUpdateMany applies acks, nacks, extensions and expiries.
+func (s *Store) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
+	var applied []bool
+	err := s.tx(ctx, "JobUpdateMany", func(tx *wtx, step func() error) error {
+		applied = make([]bool, len(p.Updates))
+		now := nanos(p.Now)
+		for i, u := range p.Updates {
+			if err := step(); err != nil {
+				return err
+			}
+			var (
+				res sql.Result
+				err error
+			)
+			const cond = ` WHERE namespace = ? AND id = ? AND status = 1 AND attempt = ?`
+			switch u.Kind {
+			case store.UpdateComplete:
+				res, err = tx.ExecContext(ctx, `UPDATE jobs SET status = 2, result = ?, finished_at = ?, lease_until = NULL`+cond,
+					nullBytes(u.Result), now, p.Namespace, u.ID, u.Attempt)
+			case store.UpdateRetry:
+				res, err = tx.ExecContext(ctx, `UPDATE jobs SET status = ?, run_at = ?, error = ?, lease_until = NULL, worker = NULL`+cond,
+					pendingStatus(u.RunAt, p.Now), nanos(u.RunAt), nullString(u.Error), p.Namespace, u.ID, u.Attempt)
+			case store.UpdateDead:
+				noRetry := 0
+				if u.NoRetry {
+					noRetry = 1
+				}
+				res, err = tx.ExecContext(ctx, `UPDATE jobs SET status = 3, error = ?, finished_at = ?, lease_until = NULL, no_retry = ?`+cond,
+					nullString(u.Error), now, noRetry, p.Namespace, u.ID, u.Attempt)
+			case store.UpdateExtend:
+				res, err = tx.ExecContext(ctx, `UPDATE jobs SET lease_until = ?`+cond,
+					nanos(u.LeaseUntil), p.Namespace, u.ID, u.Attempt)
+			default:
+				return fmt.Errorf("update %d: unknown kind %d", i, u.Kind)
+			}
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			applied[i] = n > 0
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return applied, nil
+}
+
+// ---------------------------------------------------------------------------
+// Reads
+
+// JobGet returns one job.
+func (s *Store) JobGet(ctx context.Context, namespace, id string) (store.Job, error) {
+	row := s.r.QueryRowContext(ctx, `SELECT `+jobCols+` FROM jobs WHERE namespace = ? AND id = ?`, namespace, id)
+	j, err := scanJob(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return j, fmt.Errorf("job %q: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return j, fmt.Errorf("sqlite: JobGet: %w", err)
+	}
+	return j, nil
+}
+
+// JobList lists jobs newest first.
+func (s *Store) JobList(ctx context.Context, p store.JobListParams) ([]store.Job, error) {
+	var b strings.Builder
+	args := []any{p.Namespace}
+	b.WriteString(`SELECT ` + jobCols + ` FROM jobs WHERE namespace = ?`)
+	if p.Status != "" {
+		code, ok := statusCode(p.Status)
+		if !ok {
+			return nil, fmt.Errorf("sqlite: JobList: unknown status %q", p.Status)
+		}
+		if code == stPending {
+			b.WriteString(` AND status IN (0, 4)`)
+		} else {
+			b.WriteString(` AND status = ?`)
+			args = append(args, code)
+		}
+	}
+	if p.Queue != "" {
+		b.WriteString(` AND queue = ?`)
+		args = append(args, p.Queue)
+	}
+	if p.Shed != nil {
+		b.WriteString(` AND shed = ?`)
+		if *p.Shed {
+			args = append(args, 1)
+		} else {
+			args = append(args, 0)
+		}
+	}
+	if p.BeforeSeq > 0 {
+		b.WriteString(` AND seq < ?`)
+		args = append(args, p.BeforeSeq)
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	b.WriteString(` ORDER BY seq DESC LIMIT ?`)
+	args = append(args, limit)
+	return s.jobs(ctx, "JobList", b.String(), args...)
+}
+
+func (s *Store) jobs(ctx context.Context, op, query string, args ...any) ([]store.Job, error) {
+	rows, err := s.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	defer rows.Close()
+	var out []store.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: %s: %w", op, err)
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	return out, nil
+}
+
+// JobCount counts by status, each status through its own partial index.
+func (s *Store) JobCount(ctx context.Context, namespace string) (store.Counts, error) {
+	var (
+		c         store.Counts
+		scheduled int64
+	)
+	// One read transaction: the counts are one snapshot.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return c, fmt.Errorf("sqlite: JobCount: %w", err)
+	}
+	defer tx.Rollback()
+	for _, q := range []struct {
+		dst   *int64
+		query string
+	}{
+		{&c.Pending, `SELECT COUNT(*) FROM jobs INDEXED BY jobs_claim WHERE namespace = ? AND status = 0`},
+		{&scheduled, `SELECT COUNT(*) FROM jobs INDEXED BY jobs_scheduled WHERE namespace = ? AND status = 4`},
+		{&c.Running, `SELECT COUNT(*) FROM jobs INDEXED BY jobs_running WHERE namespace = ? AND status = 1`},
+		{&c.Completed, `SELECT COUNT(*) FROM jobs INDEXED BY jobs_ns_finished WHERE namespace = ? AND status IN (2, 3) AND status = 2`},
+		{&c.Dead, `SELECT COUNT(*) FROM jobs INDEXED BY jobs_ns_finished WHERE namespace = ? AND status IN (2, 3) AND status = 3`},
+	} {
+		if err := tx.QueryRowContext(ctx, q.query, namespace).Scan(q.dst); err != nil {
+			return c, fmt.Errorf("sqlite: JobCount: %w", err)
+		}
+	}
+	c.Pending += scheduled
+	return c, nil
+}
+
+// JobNextRunAt returns the earliest run_at among the queues' scheduled jobs.
+func (s *Store) JobNextRunAt(ctx context.Context, namespace string, queues []string) (time.Time, bool, error) {
+	var (
+		next  time.Time
+		found bool
+	)
+	for _, q := range queues {
+		var n sql.NullInt64
+		if err := s.r.QueryRowContext(ctx, `SELECT MIN(run_at) FROM jobs INDEXED BY jobs_scheduled
+			WHERE namespace = ? AND queue = ? AND status = 4`, namespace, q).Scan(&n); err != nil {
+			return time.Time{}, false, fmt.Errorf("sqlite: JobNextRunAt: %w", err)
+		}
+		if t := fromNanos(n); n.Valid && (!found || t.Before(next)) {
+			next, found = t, true
+		}
+	}
+	return next, found, nil
+}
+
+// JobListRunning lists a namespace's running jobs.
+func (s *Store) JobListRunning(ctx context.Context, namespace string) ([]store.Job, error) {
+	return s.jobs(ctx, "JobListRunning", `SELECT `+jobCols+` FROM jobs WHERE namespace = ? AND status = 1 ORDER BY seq`, namespace)
+}
+
+// JobListDeadRetryable lists dead letters due for an auto-retry.
+func (s *Store) JobListDeadRetryable(ctx context.Context, p store.JobListDeadRetryableParams) ([]store.Job, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	return s.jobs(ctx, "JobListDeadRetryable", `SELECT `+jobCols+` FROM jobs
+		WHERE namespace = ? AND status = 3 AND queue = ? AND finished_at <= ? AND shed = 0 AND no_retry = 0 AND dead_replays < ?
+		ORDER BY finished_at, seq LIMIT ?`, p.Namespace, p.Queue, nanos(p.DeadBefore), p.MaxReplays, limit)
+}
+
+// ---------------------------------------------------------------------------
+// Retention
+
+func finishedStatus(st api.Status) (int, error) {
+	switch st {
+	case api.StatusCompleted:
+		return stCompleted, nil
+	case api.StatusDead:
+		return stDead, nil
+	}
+	return 0, fmt.Errorf("sqlite: retention works on completed or dead jobs, not %q", st)
+}
+
+// JobDeleteFinishedBefore deletes up to Limit finished jobs older than Before.
+func (s *Store) JobDeleteFinishedBefore(ctx context.Context, p store.JobDeleteFinishedBeforeParams) (int64, error) {
+	code, err := finishedStatus(p.Status)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = s.tx(ctx, "JobDeleteFinishedBefore", func(tx *wtx, step func() error) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE seq IN (
+			SELECT seq FROM jobs INDEXED BY jobs_finished WHERE status IN (2, 3) AND status = ? AND finished_at < ? ORDER BY finished_at LIMIT ?)`,
+			code, nanos(p.Before), p.Limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// JobDeleteOverCeiling deletes a namespace's oldest finished jobs beyond Keep.
+func (s *Store) JobDeleteOverCeiling(ctx context.Context, p store.JobDeleteOverCeilingParams) (int64, error) {
+	code, err := finishedStatus(p.Status)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = s.tx(ctx, "JobDeleteOverCeiling", func(tx *wtx, step func() error) error {
+		var total int64
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM jobs INDEXED BY jobs_ns_finished WHERE namespace = ? AND status IN (2, 3) AND status = ?`,
+			p.Namespace, code).Scan(&total); err != nil {
+			return err
+		}
+		over := total - p.Keep
+		if over <= 0 {
+			return nil
+		}
+		if over > int64(p.Limit) {
+			over = int64(p.Limit)
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE seq IN (
+			SELECT seq FROM jobs INDEXED BY jobs_ns_finished WHERE namespace = ? AND status IN (2, 3) AND status = ? ORDER BY finished_at, seq LIMIT ?)`,
+			p.Namespace, code, over)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
