@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -138,4 +140,16 @@ func BadRequest(format string, args ...any) *Error {
 // with a field out of range.
 func InvalidArgument(format string, args ...any) *Error {
 	return Errorf(CodeInvalidArgument, "", format, args...)
+}
+
+// Marshal encodes v as JSON without HTML escaping, so messages such as
+// "pending >= max_pending" travel as written on every surface.
+func Marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(b.Bytes(), "\n"), nil
 }

@@ -154,3 +154,20 @@ type ConfigChanged struct {
 
 // Empty is the body of replies that carry nothing: {}.
 type Empty struct{}
+
+// Trigger maps an event name to a job template.
+type Trigger struct {
+	ID    string `json:"id"`
+	Event string `json:"event"`
+	Queue string `json:"queue"`
+	Task  string `json:"task"`
+}
+
+// Periodic is a cron schedule and the job each fire enqueues.
+type Periodic struct {
+	Name    string          `json:"name"`
+	Cron    string          `json:"cron"`
+	Queue   string          `json:"queue"`
+	Task    string          `json:"task"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}

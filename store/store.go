@@ -422,3 +422,14 @@ type ConfigPutParams struct {
 type Faults interface {
 	Fault(op string, step int) error
 }
+
+// Configuration kinds.
+const (
+	KindQueue    = "queue"
+	KindTask     = "task"
+	KindTrigger  = "trigger"
+	KindPeriodic = "periodic"
+	// KindPeriodicState holds a schedule's last fire, apart from its
+	// definition so a fire never rewrites what the admin wrote.
+	KindPeriodicState = "periodic.state"
+)

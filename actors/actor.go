@@ -1,0 +1,426 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/store"
+)
+
+// Store is what a namespace actor reads and writes.
+type Store interface {
+	JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error)
+	JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error)
+	JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error)
+	JobGet(ctx context.Context, namespace, id string) (store.Job, error)
+	JobCount(ctx context.Context, namespace string) (store.Counts, error)
+	JobListRunning(ctx context.Context, namespace string) ([]store.Job, error)
+	JobNextRunAt(ctx context.Context, namespace string, queues []string) (time.Time, bool, error)
+}
+
+// Snapshots gives a namespace's quota and configuration (cachebust.Cache).
+type Snapshots interface {
+	Get(ctx context.Context, ns string, now time.Time) cachebust.Snapshot
+}
+
+// Clock tells the time; tests and simulations pass their own.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now is time.Now.
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// maxDrain bounds how many messages one step takes: enough for group
+// commit to pay off, few enough that one step never holds the store long.
+const maxDrain = 512
+
+// pollEvery is the safety net for parked claims: they look again this
+// often even if nothing this actor saw could have fed them.
+const pollEvery = time.Second
+
+// mailbox is an unbounded queue with a wake-up signal. Unbounded because a
+// bus handler must never block; the bus bounds what it accepts.
+type mailbox struct {
+	mu     sync.Mutex
+	msgs   []*Message
+	signal chan struct{}
+}
+
+func newMailbox() *mailbox { return &mailbox{signal: make(chan struct{}, 1)} }
+
+func (m *mailbox) push(msg *Message) {
+	m.mu.Lock()
+	m.msgs = append(m.msgs, msg)
+	m.mu.Unlock()
+	select {
+	case m.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (m *mailbox) drain(max int) []*Message {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := min(len(m.msgs), max)
+	out := make([]*Message, n)
+	copy(out, m.msgs)
+	rest := copy(m.msgs, m.msgs[n:])
+	clear(m.msgs[rest:])
+	m.msgs = m.msgs[:rest]
+	return out
+}
+
+func (m *mailbox) len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.msgs)
+}
+
+// Actor is one namespace's actor: a mailbox and a Core, stepped by a
+// goroutine (Run) or, in a simulation, by the caller (Step).
+type Actor struct {
+	ns    string
+	core  *Core
+	mbox  *mailbox
+	deps  *Deps
+	log   *slog.Logger
+	lastP time.Time // last safety poll
+}
+
+// NewActor builds a namespace's actor.
+func NewActor(ns string, core *Core, deps *Deps) *Actor {
+	return &Actor{ns: ns, core: core, mbox: newMailbox(), deps: deps, log: deps.Log.With("namespace", ns)}
+}
+
+// Send queues a message.
+func (a *Actor) Send(m *Message) { a.mbox.push(m) }
+
+// Core exposes the state machine (tests and simulations).
+func (a *Actor) Core() *Core { return a.core }
+
+// Pending reports whether messages wait.
+func (a *Actor) Pending() int { return a.mbox.len() }
+
+// Step takes what waits in the mailbox (bounded), decides it, writes it and
+// answers it; and does what time asks: expired leases, long polls that
+// give up, parked claims worth another try. A panic inside answers the
+// messages it held with INTERNAL and leaves the core to be rebuilt from the
+// store: the actor restarts in place.
+func (a *Actor) Step(ctx context.Context, now time.Time) {
+	msgs := a.mbox.drain(maxDrain)
+	defer func() {
+		if r := recover(); r != nil {
+			a.log.Error("namespace actor panicked; rebuilding from the store", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			for _, m := range msgs {
+				m.respond(nil, api.Errorf(api.CodeInternal, "", "internal error"))
+			}
+			for _, w := range a.core.DropWaiters() {
+				w.Msg.respond(nil, api.Errorf(api.CodeInternal, "", "internal error"))
+			}
+			a.core = NewCore(a.ns, a.core.rng)
+		}
+	}()
+	a.step(ctx, msgs, now)
+}
+
+func (a *Actor) step(ctx context.Context, msgs []*Message, now time.Time) {
+	c := a.core
+	if len(msgs) > 0 {
+		c.Touch(now)
+	}
+	c.SetSnapshot(a.deps.Snapshots.Get(ctx, a.ns, now))
+	if !c.Loaded() {
+		if err := a.load(ctx, now); err != nil {
+			a.log.Warn("cannot load namespace counts", "err", err)
+			for _, m := range msgs {
+				m.respond(nil, StoreError(err))
+			}
+			return
+		}
+	}
+
+	var (
+		updates  []*UpdateCall
+		enqueues []*EnqueueCall
+		claims   []*ClaimCall
+	)
+	for _, m := range msgs {
+		switch body := m.Body.(type) {
+		case *api.AckRequest, *api.NackRequest, *api.HeartbeatRequest:
+			updates = append(updates, &UpdateCall{Msg: m})
+		case *api.EnqueueRequest:
+			enqueues = append(enqueues, c.NewEnqueueCall(m, body.Jobs, now))
+		case *api.EventRequest:
+			if call := c.EventCall(m, body, now); call != nil {
+				enqueues = append(enqueues, call)
+			} else {
+				m.respond(api.EnqueueReply{Results: []api.EnqueueResult{}}, nil)
+			}
+		case *api.ReplayRequest:
+			if call := a.replayCall(ctx, m, body); call != nil {
+				enqueues = append(enqueues, call)
+			}
+		case *api.ClaimRequest:
+			claims = append(claims, &ClaimCall{Msg: m, Req: *body, Deadline: now.Add(time.Duration(body.WaitMS) * time.Millisecond)})
+		default:
+			m.respond(nil, api.BadRequest("unsupported request %T", m.Body))
+		}
+	}
+
+	a.updates(ctx, updates, now)
+	a.enqueues(ctx, enqueues, now)
+
+	if now.Sub(a.lastP) >= pollEvery {
+		a.lastP = now
+		c.Poll()
+	}
+	retry, expired := c.Waiters(now)
+	for _, w := range expired {
+		w.Msg.respond(api.ClaimReply{Jobs: []api.Job{}}, nil)
+	}
+	claims = append(retry, claims...)
+	if len(claims) > 0 {
+		a.claims(ctx, claims, now)
+	}
+	a.deps.Observer.Gauges(a.ns, c.Pending(), c.Running())
+}
+
+func (a *Actor) load(ctx context.Context, now time.Time) error {
+	counts, err := a.deps.Store.JobCount(ctx, a.ns)
+	if err != nil {
+		return err
+	}
+	running, err := a.deps.Store.JobListRunning(ctx, a.ns)
+	if err != nil {
+		return err
+	}
+	a.core.Load(counts, running, now)
+	return nil
+}
+
+// replayCall checks that every id is a dead letter of the namespace; a
+// replay naming anything else is refused whole, nothing written.
+func (a *Actor) replayCall(ctx context.Context, m *Message, req *api.ReplayRequest) *EnqueueCall {
+	call := &EnqueueCall{Msg: m, ReplayIDs: req.IDs, AutoRetry: m.AutoRetry}
+	for i, id := range req.IDs {
+		j, err := a.deps.Store.JobGet(ctx, a.ns, id)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			m.respond(nil, UnknownJob(id))
+			return nil
+		case err != nil:
+			m.respond(nil, StoreError(err))
+			return nil
+		case j.Status != api.StatusDead:
+			m.respond(nil, api.Errorf(api.CodeFailedPrecondition, "", "job '%s' is %s, not a dead letter", id, j.Status))
+			return nil
+		}
+		if i == 0 {
+			call.Queue = j.Queue
+		}
+	}
+	return call
+}
+
+func (a *Actor) updates(ctx context.Context, calls []*UpdateCall, now time.Time) {
+	c := a.core
+	if len(calls) == 0 && !c.leaseDue(now) {
+		return
+	}
+	p := c.PlanUpdates(calls, now)
+	for _, u := range p.LeaseLost {
+		u.Msg.respond(nil, LeaseLost(updateID(u)))
+	}
+	for _, u := range p.Unknown {
+		id := updateID(u)
+		j, err := a.deps.Store.JobGet(ctx, a.ns, id)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			u.Msg.respond(nil, UnknownJob(id))
+		case err != nil:
+			u.Msg.respond(nil, StoreError(err))
+		default:
+			_ = j
+			u.Msg.respond(nil, LeaseLost(id))
+		}
+	}
+	var (
+		applied []bool
+		err     error
+	)
+	if len(p.Params.Updates) > 0 {
+		applied, err = a.deps.Store.JobUpdateMany(ctx, p.Params)
+		if err != nil {
+			a.log.Warn("update write failed", "err", err)
+		}
+	}
+	for _, r := range c.UpdatesDone(&p, applied, err) {
+		r.Msg.respond(r.Body, r.Err)
+	}
+}
+
+func updateID(u *UpdateCall) string {
+	switch b := u.Msg.Body.(type) {
+	case *api.AckRequest:
+		return b.ID
+	case *api.NackRequest:
+		return b.ID
+	}
+	return ""
+}
+
+func (a *Actor) enqueues(ctx context.Context, calls []*EnqueueCall, now time.Time) {
+	c := a.core
+	for len(calls) > 0 {
+		p := c.PlanEnqueue(calls, now)
+		for _, r := range p.Refused {
+			a.deps.Observer.Refused(a.ns, r.Err.Reason)
+			r.Call.Msg.respond(nil, r.Err)
+		}
+		calls = p.Rest
+		if len(p.Calls) == 0 {
+			continue
+		}
+		results, err := a.deps.Store.JobEnqueueMany(ctx, p.Params)
+		c.EnqueueDone(&p, results, err, now)
+		if err != nil {
+			a.log.Warn("enqueue write failed", "err", err)
+			e := StoreError(err)
+			for _, call := range p.Calls {
+				call.Msg.respond(nil, e)
+			}
+			for _, call := range calls {
+				call.Msg.respond(nil, e)
+			}
+			return
+		}
+		for i, call := range p.Calls {
+			res := results[i]
+			if p.Params.Calls[i].ShedError != "" {
+				a.deps.Observer.Refused(a.ns, reasonOf(p.Params.Calls[i].ShedError))
+			}
+			for _, r := range res {
+				a.deps.Observer.Outcomes(a.ns, r.Outcome, 1)
+			}
+			call.Msg.respond(api.EnqueueReply{Results: res}, nil)
+		}
+		if !c.Loaded() {
+			if err := a.load(ctx, now); err != nil {
+				for _, call := range calls {
+					call.Msg.respond(nil, StoreError(err))
+				}
+				return
+			}
+		}
+	}
+}
+
+func reasonOf(shedError string) api.Reason {
+	if len(shedError) > len("quota: rate") && shedError[:len("quota: rate")] == "quota: rate" {
+		return api.ReasonRateLimited
+	}
+	return api.ReasonQueueFull
+}
+
+func (a *Actor) claims(ctx context.Context, calls []*ClaimCall, now time.Time) {
+	c := a.core
+	p := c.PlanClaims(calls, now)
+	var (
+		results [][]store.Job
+		err     error
+	)
+	if len(p.Calls) > 0 {
+		results, err = a.deps.Store.JobClaimMany(ctx, p.Params)
+		c.ClaimDone(&p, results, err)
+		if err != nil {
+			a.log.Warn("claim write failed", "err", err)
+			for _, call := range p.Calls {
+				call.Msg.respond(nil, StoreError(err))
+			}
+		}
+	}
+	var park []*ClaimCall
+	answer := func(call *ClaimCall, jobs []store.Job) {
+		if len(jobs) == 0 && now.Before(call.Deadline) {
+			park = append(park, call)
+			return
+		}
+		out := make([]api.Job, len(jobs))
+		for i := range jobs {
+			out[i] = JobView(&jobs[i], c.maxAttempts(jobs[i].MaxAttempts, jobs[i].Queue))
+		}
+		a.deps.Observer.Claimed(a.ns, len(out))
+		call.Msg.respond(api.ClaimReply{Jobs: out}, nil)
+	}
+	if err == nil {
+		for i, call := range p.Calls {
+			answer(call, results[i])
+		}
+	}
+	for _, call := range p.Empty {
+		answer(call, nil)
+	}
+	if len(park) > 0 {
+		var queues []string
+		seen := map[string]bool{}
+		for _, w := range park {
+			for _, q := range w.Req.Queues {
+				if !seen[q] {
+					seen[q] = true
+					queues = append(queues, q)
+				}
+			}
+		}
+		next, ok, err := a.deps.Store.JobNextRunAt(ctx, a.ns, queues)
+		if err != nil {
+			ok = false // the periodic poll covers it
+		}
+		c.Park(park, next, ok)
+	}
+}
+
+// JobView renders a stored job for clients; maxAttempts is the resolved
+// limit (the job's own, its queue's or the default).
+func JobView(j *store.Job, maxAttempts int64) api.Job {
+	out := api.Job{
+		ID: j.ID, Queue: j.Queue, Task: j.Task, Payload: j.Payload, Priority: j.Priority,
+		UniqueKey: j.UniqueKey, Status: j.Status, Attempt: j.Attempt, Error: j.Error,
+		DeadMeta: j.DeadMeta, Result: j.Result,
+	}
+	ma := maxAttempts
+	out.MaxAttempts = &ma
+	runAt := j.RunAt.UTC()
+	out.RunAt = &runAt
+	created := j.CreatedAt.UTC()
+	out.CreatedAt = &created
+	if !j.FinishedAt.IsZero() {
+		f := j.FinishedAt.UTC()
+		out.FinishedAt = &f
+	}
+	if !j.LeaseUntil.IsZero() && j.Status == api.StatusRunning {
+		l := j.LeaseUntil.UTC()
+		out.LeaseUntil = &l
+	}
+	if j.DebounceKey != "" {
+		out.Debounce = &api.Debounce{Key: j.DebounceKey}
+	}
+	return out
+}
+
+// stop answers everything still held: parked claims get no jobs.
+func (a *Actor) stop() {
+	for _, w := range a.core.DropWaiters() {
+		w.Msg.respond(api.ClaimReply{Jobs: []api.Job{}}, nil)
+	}
+}

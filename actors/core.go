@@ -1,0 +1,766 @@
+package actors
+
+import (
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/flexiq/flexiq/admission"
+	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/dispatch"
+	"github.com/flexiq/flexiq/quota"
+	"github.com/flexiq/flexiq/store"
+)
+
+// Core is a namespace actor's state machine. It does no IO and reads no
+// clock: the loop around it (actor.go) reads the store, passes the time in,
+// writes what the core planned and tells it how the write went, in the
+// manner of etcd-io/raft's RawNode. Everything it knows can be rebuilt from
+// the store (Load), so an actor can stop, restart or move at any time.
+//
+// The core is the only writer of its namespace's counts: pending (delayed
+// jobs included) and running per namespace, queue and task. They are loaded
+// once and kept exact in memory, so admission never counts the backlog.
+type Core struct {
+	ns   string
+	rng  *rand.Rand
+	ids  *IDGen
+	snap cachebust.Snapshot
+
+	loaded  bool
+	pending int64
+	bucket  admission.Bucket
+	counts  dispatch.Counts
+	running map[string]*runInfo
+
+	// leaseCheck is when the next lease may run out: no running job's
+	// lease ends before it (heartbeats only move leases later).
+	leaseCheck time.Time
+
+	waiters []*ClaimCall
+	// nextWake is the earliest known run_at of a job that is not due yet;
+	// zero when none is known.
+	nextWake time.Time
+	// dirty says something may have made a parked claim satisfiable.
+	dirty      bool
+	lastActive time.Time
+}
+
+// runInfo is what the core keeps of a running job: enough to free its
+// slot, apply the nack rule and expire its lease without a read.
+type runInfo struct {
+	queue, task string
+	attempt     int64
+	maxAttempts int64
+	leaseUntil  time.Time
+}
+
+// NewCore returns the core of namespace ns. rng drives job ids and backoff
+// jitter; a simulation passes a seeded one.
+func NewCore(ns string, rng *rand.Rand) *Core {
+	return &Core{ns: ns, rng: rng, ids: NewIDGen(rng), running: map[string]*runInfo{}}
+}
+
+// Namespace is the core's namespace.
+func (c *Core) Namespace() string { return c.ns }
+
+// SetSnapshot installs the quota and configuration to decide under.
+func (c *Core) SetSnapshot(s cachebust.Snapshot) {
+	if s.Revision != c.snap.Revision || len(s.Queues) != len(c.snap.Queues) || len(s.Tasks) != len(c.snap.Tasks) {
+		c.dirty = true // caps may have been raised: parked claims try again
+	}
+	c.snap = s
+}
+
+// Snapshot is the quota and configuration in force.
+func (c *Core) Snapshot() cachebust.Snapshot { return c.snap }
+
+// Loaded reports whether the counts are known; when not, the loop must
+// Load before anything else.
+func (c *Core) Loaded() bool { return c.loaded }
+
+// Load rebuilds the counts from the store's view: counts by status and the
+// running jobs.
+func (c *Core) Load(counts store.Counts, running []store.Job, now time.Time) {
+	c.pending = counts.Pending
+	c.counts = dispatch.Counts{}
+	c.running = make(map[string]*runInfo, len(running))
+	c.leaseCheck = time.Time{}
+	for _, j := range running {
+		c.running[j.ID] = &runInfo{
+			queue: j.Queue, task: j.Task, attempt: j.Attempt,
+			maxAttempts: c.maxAttempts(j.MaxAttempts, j.Queue),
+			leaseUntil:  j.LeaseUntil,
+		}
+		c.counts.Add(j.Queue, j.Task, 1)
+		c.watchLease(j.LeaseUntil)
+	}
+	c.loaded = true
+	c.dirty = true
+	c.nextWake = time.Time{}
+	if c.lastActive.IsZero() {
+		c.lastActive = now
+	}
+}
+
+// Unload forgets the counts: after a store error the core cannot know what
+// landed, so it reloads before its next decision.
+func (c *Core) Unload() { c.loaded = false }
+
+// Pending and Running report the counts.
+func (c *Core) Pending() int64 { return c.pending }
+
+// Running reports the namespace's running jobs.
+func (c *Core) Running() int64 { return c.counts.Running }
+
+// Touch records activity at now (for passivation).
+func (c *Core) Touch(now time.Time) { c.lastActive = now }
+
+// limits are the dispatch caps in force.
+func (c *Core) limits() dispatch.Limits {
+	l := dispatch.Limits{MaxRunning: c.snap.Quota.MaxRunning}
+	for q, s := range c.snap.Queues {
+		if s.MaxConcurrent != nil {
+			if l.Queue == nil {
+				l.Queue = map[string]int64{}
+			}
+			l.Queue[q] = *s.MaxConcurrent
+		}
+	}
+	for t, s := range c.snap.Tasks {
+		if s.MaxConcurrent != nil {
+			if l.Task == nil {
+				l.Task = map[string]int64{}
+			}
+			l.Task[t] = *s.MaxConcurrent
+		}
+	}
+	return l
+}
+
+// maxAttempts resolves a job's attempt limit: its own, else its queue's,
+// else the default.
+func (c *Core) maxAttempts(own int64, queue string) int64 {
+	if own > 0 {
+		return own
+	}
+	if s, ok := c.snap.Queues[queue]; ok && s.MaxAttempts != nil {
+		return *s.MaxAttempts
+	}
+	return api.DefaultMaxAttempts
+}
+
+// ---------------------------------------------------------------------------
+// Enqueue
+
+// EnqueueCall is one call's share: new jobs, or dead letters to replay.
+type EnqueueCall struct {
+	Msg       *Message
+	Jobs      []store.NewJob
+	ReplayIDs []string
+	AutoRetry bool
+	// Queue is the queue of the call's first job, for the depth message.
+	Queue string
+}
+
+func (e *EnqueueCall) n() int64 {
+	if len(e.ReplayIDs) > 0 {
+		return int64(len(e.ReplayIDs))
+	}
+	return int64(len(e.Jobs))
+}
+
+// keyed reports whether the call's outcome depends on what is stored
+// (repeated ids, unique or debounce keys, replays): only then can fewer
+// jobs land than the call holds.
+func (e *EnqueueCall) keyed() bool {
+	if len(e.ReplayIDs) > 0 {
+		return true
+	}
+	for i := range e.Jobs {
+		if e.Jobs[i].Keyed() {
+			return true
+		}
+	}
+	return false
+}
+
+// NewEnqueueCall turns a validated request into a call: ids generated where
+// the client gave none, run_at resolved from run_at, delay_ms or the
+// debounce window.
+func (c *Core) NewEnqueueCall(m *Message, jobs []api.Job, now time.Time) *EnqueueCall {
+	call := &EnqueueCall{Msg: m, Jobs: make([]store.NewJob, len(jobs))}
+	for i := range jobs {
+		j := &jobs[i]
+		nj := store.NewJob{
+			ID: j.ID, Queue: j.Queue, Task: j.Task, Payload: j.Payload,
+			Priority: j.Priority, UniqueKey: j.UniqueKey, RunAt: now,
+		}
+		if nj.ID == "" {
+			nj.ID, nj.Generated = c.ids.New(now), true
+		}
+		if len(nj.Payload) == 0 {
+			nj.Payload = nil
+		}
+		if j.MaxAttempts != nil {
+			nj.MaxAttempts = *j.MaxAttempts
+		}
+		if j.Debounce != nil {
+			nj.DebounceKey = j.Debounce.Key
+			nj.RunAt = now.Add(time.Duration(j.Debounce.WindowMS) * time.Millisecond)
+		}
+		switch {
+		case j.RunAt != nil:
+			nj.RunAt = j.RunAt.UTC()
+		case j.DelayMS > 0:
+			nj.RunAt = now.Add(time.Duration(j.DelayMS) * time.Millisecond)
+		}
+		call.Jobs[i] = nj
+	}
+	if len(jobs) > 0 {
+		call.Queue = jobs[0].Queue
+	}
+	return call
+}
+
+// EventCall builds the call an event makes: one job per matching trigger,
+// in trigger creation order, each carrying the payload. It returns nil when
+// no trigger matches.
+func (c *Core) EventCall(m *Message, ev *api.EventRequest, now time.Time) *EnqueueCall {
+	var jobs []api.Job
+	for _, tr := range c.snap.Triggers {
+		if tr.Event == ev.Name {
+			jobs = append(jobs, api.Job{Queue: tr.Queue, Task: tr.Task, Payload: ev.Payload})
+		}
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	return c.NewEnqueueCall(m, jobs, now)
+}
+
+// Refusal is a call refused without a write.
+type Refusal struct {
+	Call *EnqueueCall
+	Err  *api.Error
+}
+
+// EnqueuePlan is a group of calls to write in one transaction, and what
+// was decided without writing.
+type EnqueuePlan struct {
+	Params  store.JobEnqueueManyParams
+	Calls   []*EnqueueCall // Params.Calls[i] belongs to Calls[i]
+	Refused []Refusal
+	// Rest are calls not decided yet: plan them after this group lands.
+	Rest []*EnqueueCall
+
+	undoPending int64
+	undoBucket  admission.Bucket
+}
+
+// PlanEnqueue decides calls in order under the quota in force.
+//
+// Admission needs the pending count before each call, and a call with a
+// repeated id, a unique or debounce key or a replay may land fewer jobs
+// than it holds. The plan counts every admitted job as landing, an upper
+// bound: a call admitted under it is admitted under the truth too, so only
+// a depth refusal that follows such a call could be wrong. There the group
+// is cut, written, and the rest planned on the exact count; the result is
+// the same as deciding each call alone, in order.
+func (c *Core) PlanEnqueue(calls []*EnqueueCall, now time.Time) EnqueuePlan {
+	p := EnqueuePlan{
+		Params:      store.JobEnqueueManyParams{Namespace: c.ns, Now: now},
+		undoPending: c.pending,
+		undoBucket:  c.bucket,
+	}
+	estimate := c.pending
+	uncertain := false
+	for i, call := range calls {
+		if c.snap.Err != nil {
+			p.Refused = append(p.Refused, Refusal{call, c.snap.Err})
+			continue
+		}
+		doc := c.snap.Quota
+		depthRefused := doc.MaxPending != nil && estimate+call.n() > *doc.MaxPending
+		if depthRefused && uncertain {
+			p.Rest = calls[i:]
+			break
+		}
+		d := admission.Decide(doc, &c.bucket, admission.Call{
+			Namespace: c.ns, Queue: call.Queue, N: call.n(), Pending: estimate,
+		}, now)
+		switch d.Verdict {
+		case admission.Reject:
+			p.Refused = append(p.Refused, Refusal{call, d.Err})
+			continue
+		case admission.Shed:
+			p.Params.Calls = append(p.Params.Calls, store.EnqueueCall{
+				Jobs: call.Jobs, ReplayIDs: call.ReplayIDs, AutoRetry: call.AutoRetry,
+				ShedError: admission.ShedError(d.Err),
+			})
+		case admission.Admit:
+			p.Params.Calls = append(p.Params.Calls, store.EnqueueCall{
+				Jobs: call.Jobs, ReplayIDs: call.ReplayIDs, AutoRetry: call.AutoRetry,
+			})
+			estimate += call.n()
+			uncertain = uncertain || call.keyed()
+		}
+		p.Calls = append(p.Calls, call)
+	}
+	return p
+}
+
+// EnqueueDone applies a written plan: the exact pending count from what
+// landed. On a failed write it restores the state the plan started from
+// and unloads, since the write may have happened (a store can fail after
+// committing).
+func (c *Core) EnqueueDone(p *EnqueuePlan, results [][]api.EnqueueResult, err error, now time.Time) {
+	if err != nil {
+		c.pending, c.bucket = p.undoPending, p.undoBucket
+		c.Unload()
+		return
+	}
+	c.pending = p.undoPending
+	for _, res := range results {
+		for _, r := range res {
+			if r.Outcome == api.OutcomeEnqueued {
+				c.pending++
+				c.dirty = true
+			}
+		}
+	}
+	for i, call := range p.Calls {
+		if p.Params.Calls[i].ShedError != "" {
+			continue
+		}
+		for k := range call.Jobs {
+			if k < len(results[i]) && results[i][k].Outcome != api.OutcomeShed {
+				if at := call.Jobs[k].RunAt; at.After(now) {
+					c.wakeAt(at)
+				}
+			}
+		}
+	}
+}
+
+func (c *Core) wakeAt(t time.Time) {
+	if c.nextWake.IsZero() || t.Before(c.nextWake) {
+		c.nextWake = t
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Claims
+
+// ClaimCall is one worker's claim.
+type ClaimCall struct {
+	Msg      *Message
+	Req      api.ClaimRequest
+	Deadline time.Time // when a long poll gives up
+}
+
+// ClaimPlan is a group of claims to run in one transaction.
+type ClaimPlan struct {
+	Params store.JobClaimManyParams
+	Calls  []*ClaimCall
+	// Empty are claims that can get nothing now (namespace stopped or at
+	// its cap, or every queue at its cap).
+	Empty []*ClaimCall
+}
+
+// PlanClaims prepares a group of claims: the gate of SPEC §5 runs inside
+// the store's scan through Params.Allow, on a scratch copy of the counts.
+func (c *Core) PlanClaims(calls []*ClaimCall, now time.Time) ClaimPlan {
+	p := ClaimPlan{Params: store.JobClaimManyParams{Namespace: c.ns, Now: now}}
+	lim := c.limits()
+	if c.snap.Err != nil || lim.NamespaceFull(&c.counts) || c.pending == 0 {
+		// Fail closed, at the cap, or nothing waiting: no store round trip.
+		p.Empty = calls
+		return p
+	}
+	for _, call := range calls {
+		var queues []string
+		for _, q := range call.Req.Queues {
+			if !lim.QueueFull(&c.counts, q) {
+				queues = append(queues, q)
+			}
+		}
+		if len(queues) == 0 {
+			p.Empty = append(p.Empty, call)
+			continue
+		}
+		lease := time.Duration(call.Req.LeaseMS) * time.Millisecond
+		p.Params.Claims = append(p.Params.Claims, store.ClaimSpec{
+			Queues: queues, Max: call.Req.Max, LeaseUntil: now.Add(lease), Worker: call.Req.Worker,
+		})
+		p.Calls = append(p.Calls, call)
+	}
+	if len(p.Calls) == 0 {
+		return p
+	}
+	p.Params.ExcludeTasks = lim.FullTasks(&c.counts)
+	scratch := dispatch.Counts{Running: c.counts.Running}
+	scratch.Queue = make(map[string]int64, len(c.counts.Queue))
+	for k, v := range c.counts.Queue {
+		scratch.Queue[k] = v
+	}
+	scratch.Task = make(map[string]int64, len(c.counts.Task))
+	for k, v := range c.counts.Task {
+		scratch.Task[k] = v
+	}
+	p.Params.Allow = func(queue, task string) store.ClaimVerdict {
+		switch {
+		case lim.NamespaceFull(&scratch):
+			return store.ClaimStop
+		case lim.QueueFull(&scratch, queue):
+			return store.ClaimSkipQueue
+		case !lim.Allow(&scratch, queue, task):
+			return store.ClaimSkipTask
+		}
+		scratch.Add(queue, task, 1)
+		return store.ClaimTake
+	}
+	return p
+}
+
+// ClaimDone records the jobs handed out. On a failed write it unloads.
+func (c *Core) ClaimDone(p *ClaimPlan, results [][]store.Job, err error) {
+	if err != nil {
+		c.Unload()
+		return
+	}
+	for _, jobs := range results {
+		for _, j := range jobs {
+			c.running[j.ID] = &runInfo{
+				queue: j.Queue, task: j.Task, attempt: j.Attempt,
+				maxAttempts: c.maxAttempts(j.MaxAttempts, j.Queue), leaseUntil: j.LeaseUntil,
+			}
+			c.counts.Add(j.Queue, j.Task, 1)
+			c.pending--
+			c.watchLease(j.LeaseUntil)
+		}
+	}
+}
+
+func (c *Core) watchLease(until time.Time) {
+	if c.leaseCheck.IsZero() || until.Before(c.leaseCheck) {
+		c.leaseCheck = until
+	}
+}
+
+// leaseDue reports whether a running job's lease may have run out by now.
+func (c *Core) leaseDue(now time.Time) bool {
+	return !c.leaseCheck.IsZero() && !now.Before(c.leaseCheck)
+}
+
+// Park makes claims wait for work until their deadline; next is the
+// earliest run_at of their queues' delayed jobs, if any.
+func (c *Core) Park(calls []*ClaimCall, next time.Time, ok bool) {
+	c.waiters = append(c.waiters, calls...)
+	if ok {
+		c.wakeAt(next)
+	}
+}
+
+// Waiters takes the parked claims worth trying again at now: all of them
+// when something changed since they parked, none otherwise. Expired ones
+// come back in expired, to be answered with no jobs.
+func (c *Core) Waiters(now time.Time) (retry, expired []*ClaimCall) {
+	if !c.nextWake.IsZero() && !now.Before(c.nextWake) {
+		c.dirty = true
+		c.nextWake = time.Time{}
+	}
+	keep := c.waiters[:0]
+	for _, w := range c.waiters {
+		switch {
+		case !now.Before(w.Deadline):
+			expired = append(expired, w)
+		case c.dirty:
+			retry = append(retry, w)
+		default:
+			keep = append(keep, w)
+		}
+	}
+	c.waiters = keep
+	c.dirty = false
+	return retry, expired
+}
+
+// Poll marks parked claims for another try on the next step (a periodic
+// safety net for work that appeared without this actor seeing it).
+func (c *Core) Poll() { c.dirty = true }
+
+// DropWaiters takes every parked claim (the actor is stopping).
+func (c *Core) DropWaiters() []*ClaimCall {
+	w := c.waiters
+	c.waiters = nil
+	return w
+}
+
+// ---------------------------------------------------------------------------
+// Acks, nacks, heartbeats and lease expiry
+
+// UpdateCall is one ack, nack or heartbeat.
+type UpdateCall struct {
+	Msg *Message
+}
+
+// updateEntry ties a store update to the call (or lease expiry) behind it.
+type updateEntry struct {
+	call   *UpdateCall // nil for a lease expiry
+	id     string
+	info   *runInfo
+	kind   store.UpdateKind
+	runAt  time.Time
+	expire bool
+}
+
+// UpdatePlan is a group of updates to write in one transaction.
+type UpdatePlan struct {
+	Params  store.JobUpdateManyParams
+	entries []updateEntry
+	// Unknown are acks and nacks of jobs this namespace is not running:
+	// the loop reads each to answer UNKNOWN_JOB or LEASE_LOST.
+	Unknown []*UpdateCall
+	// LeaseLost are acks and nacks whose attempt does not match.
+	LeaseLost []*UpdateCall
+	// Heartbeats are answered from the plan: the ids extended.
+	heartbeats []*UpdateCall
+	extended   map[*UpdateCall][]string
+}
+
+// PlanUpdates decides acks, nacks and heartbeats in order, and expires the
+// leases that ran out by now.
+func (c *Core) PlanUpdates(calls []*UpdateCall, now time.Time) UpdatePlan {
+	p := UpdatePlan{Params: store.JobUpdateManyParams{Namespace: c.ns, Now: now}}
+	// finishing tracks jobs an earlier entry of this group already ends,
+	// so a second ack of the same job is a lost lease, not a second write.
+	finishing := map[string]bool{}
+	lookup := func(id string, attempt int64, call *UpdateCall) *runInfo {
+		ri := c.running[id]
+		if ri == nil || finishing[id] {
+			p.Unknown = append(p.Unknown, call)
+			return nil
+		}
+		if attempt != 0 && attempt != ri.attempt {
+			p.LeaseLost = append(p.LeaseLost, call)
+			return nil
+		}
+		return ri
+	}
+	for _, call := range calls {
+		switch body := call.Msg.Body.(type) {
+		case *api.AckRequest:
+			ri := lookup(body.ID, body.Attempt, call)
+			if ri == nil {
+				continue
+			}
+			finishing[body.ID] = true
+			p.add(updateEntry{call: call, id: body.ID, info: ri, kind: store.UpdateComplete},
+				store.JobUpdate{ID: body.ID, Attempt: ri.attempt, Kind: store.UpdateComplete, Result: body.Result})
+		case *api.NackRequest:
+			ri := lookup(body.ID, body.Attempt, call)
+			if ri == nil {
+				continue
+			}
+			finishing[body.ID] = true
+			retry := body.Retry == nil || *body.Retry
+			c.planFailure(&p, call, body.ID, ri, body.Error, retry, now)
+		case *api.HeartbeatRequest:
+			lease := time.Duration(body.LeaseMS) * time.Millisecond
+			if p.extended == nil {
+				p.extended = map[*UpdateCall][]string{}
+			}
+			p.heartbeats = append(p.heartbeats, call)
+			for _, id := range body.IDs {
+				ri := c.running[id]
+				if ri == nil || finishing[id] {
+					continue
+				}
+				until := now.Add(lease)
+				p.add(updateEntry{call: call, id: id, info: ri, kind: store.UpdateExtend, runAt: until},
+					store.JobUpdate{ID: id, Attempt: ri.attempt, Kind: store.UpdateExtend, LeaseUntil: until})
+			}
+		}
+	}
+	// Leases that ran out are failed attempts, under the nack rule.
+	var expired []string
+	if c.leaseDue(now) {
+		c.leaseCheck = time.Time{}
+		for id, ri := range c.running {
+			switch {
+			case finishing[id]:
+			case !now.Before(ri.leaseUntil):
+				expired = append(expired, id)
+			default:
+				c.watchLease(ri.leaseUntil)
+			}
+		}
+	}
+	sort.Strings(expired) // map order is random; keep the plan reproducible
+	for _, id := range expired {
+		finishing[id] = true
+		c.planFailure(&p, nil, id, c.running[id], "lease expired", true, now)
+	}
+	return p
+}
+
+func (p *UpdatePlan) add(e updateEntry, u store.JobUpdate) {
+	p.entries = append(p.entries, e)
+	p.Params.Updates = append(p.Params.Updates, u)
+}
+
+// planFailure applies the nack rule: dead at max_attempts or without
+// retry, else pending again after the backoff.
+func (c *Core) planFailure(p *UpdatePlan, call *UpdateCall, id string, ri *runInfo, msg string, retry bool, now time.Time) {
+	e := updateEntry{call: call, id: id, info: ri, expire: call == nil}
+	u := store.JobUpdate{ID: id, Attempt: ri.attempt, Error: msg}
+	if !retry || ri.attempt >= ri.maxAttempts {
+		e.kind, u.Kind, u.NoRetry = store.UpdateDead, store.UpdateDead, !retry
+	} else {
+		e.kind, u.Kind = store.UpdateRetry, store.UpdateRetry
+		e.runAt = now.Add(Backoff(ri.attempt, c.rng))
+		u.RunAt = e.runAt
+	}
+	p.add(e, u)
+}
+
+// Backoff is the delay before attempt+1: 1 s × 2^(attempt−1), ±20 %
+// jitter, capped at 1 h.
+func Backoff(attempt int64, rng *rand.Rand) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	d := time.Hour
+	if attempt <= 13 {
+		d = min(time.Second<<(attempt-1), time.Hour)
+	}
+	jitter := 0.8 + 0.4*rng.Float64()
+	return min(time.Duration(float64(d)*jitter), time.Hour)
+}
+
+// UpdateReply is an answer the loop sends for an update.
+type UpdateReply struct {
+	Msg  *Message
+	Body any
+	Err  *api.Error
+}
+
+// UpdatesDone applies a written plan and returns the replies. applied[i]
+// false means the store found the job changed under the core: a lost lease
+// for the caller, and a reload, since the core's view was wrong.
+func (c *Core) UpdatesDone(p *UpdatePlan, applied []bool, err error) []UpdateReply {
+	var out []UpdateReply
+	if err != nil {
+		c.Unload()
+		seen := map[*UpdateCall]bool{}
+		for _, e := range p.entries {
+			if e.call != nil && !seen[e.call] {
+				seen[e.call] = true
+				out = append(out, UpdateReply{Msg: e.call.Msg, Err: StoreError(err)})
+			}
+		}
+		for _, h := range p.heartbeats {
+			if !seen[h] {
+				out = append(out, UpdateReply{Msg: h.Msg, Err: StoreError(err)})
+			}
+		}
+		return out
+	}
+	for i, e := range p.entries {
+		if !applied[i] {
+			c.Unload()
+			if e.call != nil && e.kind != store.UpdateExtend {
+				out = append(out, UpdateReply{Msg: e.call.Msg, Err: LeaseLost(e.id)})
+			}
+			continue
+		}
+		switch e.kind {
+		case store.UpdateExtend:
+			e.info.leaseUntil = e.runAt
+			p.extended[e.call] = append(p.extended[e.call], e.id)
+			continue
+		case store.UpdateRetry:
+			c.pending++
+			c.wakeAt(e.runAt)
+		}
+		delete(c.running, e.id)
+		c.counts.Add(e.info.queue, e.info.task, -1)
+		c.dirty = true
+		if e.call == nil {
+			continue
+		}
+		switch e.kind {
+		case store.UpdateComplete:
+			out = append(out, UpdateReply{Msg: e.call.Msg, Body: api.Empty{}})
+		case store.UpdateRetry:
+			at := e.runAt
+			out = append(out, UpdateReply{Msg: e.call.Msg, Body: api.NackReply{Status: api.StatusPending, RunAt: &at}})
+		case store.UpdateDead:
+			out = append(out, UpdateReply{Msg: e.call.Msg, Body: api.NackReply{Status: api.StatusDead}})
+		}
+	}
+	for _, h := range p.heartbeats {
+		ids := p.extended[h]
+		if ids == nil {
+			ids = []string{}
+		}
+		out = append(out, UpdateReply{Msg: h.Msg, Body: api.HeartbeatReply{Extended: ids}})
+	}
+	return out
+}
+
+// LeaseLost is the error of an ack or nack from a worker whose lease on the
+// job is gone.
+func LeaseLost(id string) *api.Error {
+	return api.Errorf(api.CodeAborted, api.ReasonLeaseLost, "job '%s' is not running under this lease", id)
+}
+
+// UnknownJob is the error of a request naming a job the namespace does not
+// have.
+func UnknownJob(id string) *api.Error {
+	return api.Errorf(api.CodeNotFound, api.ReasonUnknownJob, "job '%s' not found", id)
+}
+
+// StoreError is what a caller sees when the store fails.
+func StoreError(err error) *api.Error {
+	if e, ok := api.AsError(err); ok {
+		return e
+	}
+	return api.Errorf(api.CodeUnavailable, "", "store unavailable, try again")
+}
+
+// ---------------------------------------------------------------------------
+// Time
+
+// NextDeadline is when the core next needs a Tick without any message:
+// the earliest lease expiry, parked claim deadline or known run_at.
+func (c *Core) NextDeadline() time.Time {
+	var next time.Time
+	consider := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	consider(c.leaseCheck)
+	for _, w := range c.waiters {
+		consider(w.Deadline)
+	}
+	if len(c.waiters) > 0 {
+		consider(c.nextWake)
+	}
+	return next
+}
+
+// Busy reports whether the core holds work that needs its actor alive:
+// running jobs (whose leases it watches) or parked claims.
+func (c *Core) Busy() bool { return len(c.running) > 0 || len(c.waiters) > 0 }
+
+// Idle reports whether the actor may passivate at now.
+func (c *Core) Idle(now time.Time, after time.Duration) bool {
+	return !c.Busy() && now.Sub(c.lastActive) >= after
+}
+
+// QuotaDocument is the quota in force (for tests and usage).
+func (c *Core) QuotaDocument() quota.Document { return c.snap.Quota }

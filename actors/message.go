@@ -1,0 +1,88 @@
+package actors
+
+import (
+	"sync/atomic"
+
+	"github.com/flexiq/flexiq/api"
+)
+
+// Op is what a message asks of a namespace.
+type Op int
+
+// The operations a namespace actor serves.
+const (
+	OpEnqueue Op = iota + 1
+	OpClaim
+	OpHeartbeat
+	OpAck
+	OpNack
+	OpEvent
+	OpReplay
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpEnqueue:
+		return "enqueue"
+	case OpClaim:
+		return "claim"
+	case OpHeartbeat:
+		return "heartbeat"
+	case OpAck:
+		return "ack"
+	case OpNack:
+		return "nack"
+	case OpEvent:
+		return "event"
+	case OpReplay:
+		return "replay"
+	}
+	return "unknown"
+}
+
+// Message is one request to a namespace actor. Body holds the decoded
+// request of Op (*api.EnqueueRequest, *api.ClaimRequest, …), already
+// validated for shape. Reply is called exactly once, from the actor's
+// goroutine, after anything the request wrote is durable.
+type Message struct {
+	Op    Op
+	Body  any
+	Reply func(body any, err *api.Error)
+	// AutoRetry marks a replay sent by the dead-letter auto-retry sweep.
+	AutoRetry bool
+
+	replied atomic.Bool
+}
+
+// respond calls Reply once; later calls do nothing.
+func (m *Message) respond(body any, err *api.Error) {
+	if m.replied.Swap(true) {
+		return
+	}
+	if m.Reply != nil {
+		m.Reply(body, err)
+	}
+}
+
+// Replied reports whether the message has been answered.
+func (m *Message) Replied() bool { return m.replied.Load() }
+
+// Observer receives what the actors do, for metrics. Methods must be cheap
+// and must not block.
+type Observer interface {
+	// Outcomes counts jobs by enqueue outcome.
+	Outcomes(ns string, outcome api.Outcome, n int)
+	// Refused counts refused calls by reason.
+	Refused(ns string, reason api.Reason)
+	// Gauges reports a namespace's pending and running counts.
+	Gauges(ns string, pending, running int64)
+	// Claimed counts jobs handed to workers.
+	Claimed(ns string, n int)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Outcomes(string, api.Outcome, int) {}
+func (nopObserver) Refused(string, api.Reason)        {}
+func (nopObserver) Gauges(string, int64, int64)       {}
+func (nopObserver) Claimed(string, int)               {}

@@ -1,0 +1,180 @@
+// Package actors is FlexiQ's tiny actor runtime and its namespace actor.
+//
+// Each namespace has at most one actor on a node: a mailbox and a Core (a
+// state machine that owns the namespace's counts and token bucket), stepped
+// by one goroutine. An actor is spawned by the first message for its
+// namespace, passivates when idle, and restarts in place after a panic with
+// its state rebuilt from the store. The actor never talks to NATS: it gets
+// messages with a reply function.
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/flexiq/flexiq/api"
+)
+
+// Deps are what actors need from the node.
+type Deps struct {
+	Store     Store
+	Snapshots Snapshots
+	Clock     Clock
+	Log       *slog.Logger
+	Observer  Observer
+	// IdleAfter is how long an actor with nothing running and nothing
+	// waiting lives on without messages (default 1 minute).
+	IdleAfter time.Duration
+	// Seed seeds each actor's random source (ids, jitter) together with
+	// its namespace name.
+	Seed uint64
+}
+
+// System runs a node's namespace actors.
+type System struct {
+	deps Deps
+	ctx  context.Context
+
+	mu      sync.Mutex
+	actors  map[string]*running
+	stopped bool
+	wg      sync.WaitGroup
+}
+
+type running struct {
+	actor *Actor
+	quit  chan struct{}
+}
+
+// NewSystem returns a system; actors run under ctx's values (not its
+// cancellation: Stop ends them).
+func NewSystem(ctx context.Context, d Deps) *System {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Observer == nil {
+		d.Observer = nopObserver{}
+	}
+	if d.Clock == nil {
+		d.Clock = SystemClock{}
+	}
+	if d.IdleAfter <= 0 {
+		d.IdleAfter = time.Minute
+	}
+	return &System{deps: d, ctx: context.WithoutCancel(ctx), actors: map[string]*running{}}
+}
+
+// ErrStopping is what a request gets once the node is stopping.
+var ErrStopping = api.Errorf(api.CodeUnavailable, "", "node is stopping")
+
+// Send delivers m to ns's actor, spawning it if needed. After Stop began,
+// m is answered UNAVAILABLE at once.
+func (s *System) Send(ns string, m *Message) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		m.respond(nil, ErrStopping)
+		return
+	}
+	r := s.actors[ns]
+	if r == nil {
+		r = s.spawnLocked(ns)
+	}
+	r.actor.Send(m)
+	s.mu.Unlock()
+}
+
+// Len reports how many actors are alive.
+func (s *System) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.actors)
+}
+
+func (s *System) spawnLocked(ns string) *running {
+	seed := s.deps.Seed
+	for i := 0; i < len(ns); i++ {
+		seed = seed*1099511628211 + uint64(ns[i])
+	}
+	rng := rand.New(rand.NewPCG(seed, uint64(time.Now().UnixNano())))
+	a := NewActor(ns, NewCore(ns, rng), &s.deps)
+	r := &running{actor: a, quit: make(chan struct{})}
+	s.actors[ns] = r
+	s.wg.Add(1)
+	go s.run(r)
+	return r
+}
+
+// run is the actor's goroutine: wait for a message or a deadline, step.
+func (s *System) run(r *running) {
+	defer s.wg.Done()
+	a := r.actor
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := s.deps.Clock.Now()
+		a.Step(s.ctx, now)
+		if a.Pending() > 0 {
+			continue
+		}
+		wait := s.deps.IdleAfter
+		if next := a.core.NextDeadline(); !next.IsZero() {
+			wait = min(wait, next.Sub(now))
+		}
+		if a.core.Busy() {
+			wait = min(wait, pollEvery)
+		}
+		wait = max(wait, time.Millisecond)
+		timer.Reset(wait)
+		select {
+		case <-a.mbox.signal:
+			timer.Stop() // Go 1.23+ timers: no stale tick to drain
+		case <-timer.C:
+			if a.core.Idle(s.deps.Clock.Now(), s.deps.IdleAfter) && s.passivate(r) {
+				return
+			}
+		case <-r.quit:
+			// Stop: answer everything already queued, then the parked.
+			for a.Pending() > 0 {
+				a.Step(s.ctx, s.deps.Clock.Now())
+			}
+			a.stop()
+			return
+		}
+	}
+}
+
+// passivate removes an idle actor unless a message slipped in.
+func (s *System) passivate(r *running) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.actor.Pending() > 0 || s.stopped {
+		return false
+	}
+	delete(s.actors, r.actor.ns)
+	return true
+}
+
+// Stop refuses new messages, lets every actor answer what it holds, and
+// waits for them (or ctx).
+func (s *System) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.stopped {
+		s.stopped = true
+		for _, r := range s.actors {
+			close(r.quit)
+		}
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,303 @@
+// Package admin is the HTTP admin door of SPEC §8: quotas, usage, jobs,
+// dead-letter replay, generic settings, audit, tokens, triggers, periodic
+// jobs, queue and task settings, Prometheus metrics and health.
+//
+// Every quota write goes through the store's audited SettingPut and is then
+// broadcast on fq.v1.quota.changed, so every node drops its cached copy.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/flexiq/flexiq/actors"
+	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/auth"
+	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/store"
+)
+
+// Store is what the admin door reads and writes.
+type Store interface {
+	store.SettingStore
+	store.TokenStore
+	store.ConfigStore
+	JobGet(ctx context.Context, namespace, id string) (store.Job, error)
+	JobList(ctx context.Context, p store.JobListParams) ([]store.Job, error)
+	JobCount(ctx context.Context, namespace string) (store.Counts, error)
+	Ping(ctx context.Context) error
+}
+
+// Publisher broadcasts changes to every node (bus.Publisher).
+type Publisher interface {
+	QuotaChanged(ns string, rev int64, at time.Time) error
+	ConfigChanged(ns, kind string) error
+	TokenRevoked(id string) error
+}
+
+// Cache is the node's quota and configuration cache (cachebust.Cache).
+type Cache interface {
+	Get(ctx context.Context, ns string, now time.Time) cachebust.Snapshot
+	Invalidate(ns string, rev int64)
+	InvalidateConfig(ns string)
+}
+
+// Sender hands a message to a namespace's actor (actors.System).
+type Sender interface {
+	Send(ns string, m *actors.Message)
+}
+
+// Authenticator resolves bearer tokens (auth.Authenticator).
+type Authenticator interface {
+	Authenticate(ctx context.Context, header string) (auth.Principal, *api.Error)
+	Forget(tokenID string)
+}
+
+// Deps are the admin door's collaborators.
+type Deps struct {
+	Store     Store
+	Auth      Authenticator
+	Cache     Cache
+	Publisher Publisher
+	Actors    Sender
+	Metrics   *Metrics
+	// Healthy reports whether the node reaches NATS (the store is pinged
+	// here).
+	Healthy func() error
+	Now     func() time.Time
+	Log     *slog.Logger
+}
+
+// Server is the admin door's handler.
+type Server struct {
+	d   Deps
+	mux *http.ServeMux
+}
+
+// New builds the admin door.
+func New(d Deps) *Server {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	s := &Server{d: d, mux: http.NewServeMux()}
+	s.routes()
+	return s
+}
+
+// ServeHTTP serves the admin door.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// handler is an authenticated endpoint: it returns a status and body, or
+// an error rendered the one way every surface renders it.
+type handler func(r *http.Request, p auth.Principal) (int, any, error)
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.Handle("GET /metrics", s.authed(auth.Produce|auth.Work|auth.Admin, func(w http.ResponseWriter, r *http.Request) {
+		promhttp.HandlerFor(s.d.Metrics.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	}))
+
+	s.handle("GET /v1/quota", auth.Admin, "read the quota", s.getQuota)
+	s.handle("PUT /v1/quota", auth.Admin, "set the quota", s.putQuota)
+	s.handle("PATCH /v1/quota", auth.Admin, "change the quota", s.patchQuota)
+	s.handle("DELETE /v1/quota", auth.Admin, "clear the quota", s.deleteQuota)
+	s.handle("GET /v1/usage", auth.Admin, "read usage", s.getUsage)
+
+	s.handle("GET /v1/jobs/{id}", auth.Admin, "read jobs", s.getJob)
+	s.handle("GET /v1/jobs", auth.Admin, "list jobs", s.listJobs)
+	s.handle("POST /v1/dead/replay", auth.Admin, "replay dead letters", s.replay)
+
+	s.handle("GET /v1/settings", auth.Root, "the settings API", s.listSettings)
+	s.handle("GET /v1/settings/{key...}", auth.Root, "the settings API", s.getSetting)
+	s.handle("PUT /v1/settings/{key...}", auth.Root, "the settings API", s.putSetting)
+	s.handle("DELETE /v1/settings/{key...}", auth.Root, "the settings API", s.deleteSetting)
+
+	s.handle("GET /v1/audit", auth.Admin, "read the audit trail", s.listAudit)
+
+	s.handle("POST /v1/tokens", auth.Root, "creating tokens", s.createToken)
+	s.handle("DELETE /v1/tokens/{id}", auth.Root, "revoking tokens", s.revokeToken)
+
+	s.handle("GET /v1/triggers", auth.Admin, "manage triggers", s.listTriggers)
+	s.handle("POST /v1/triggers", auth.Admin, "manage triggers", s.createTrigger)
+	s.handle("DELETE /v1/triggers/{id}", auth.Admin, "manage triggers", s.deleteTrigger)
+
+	s.handle("GET /v1/periodic", auth.Admin, "manage periodic jobs", s.listPeriodic)
+	s.handle("POST /v1/periodic", auth.Admin, "manage periodic jobs", s.createPeriodic)
+	s.handle("DELETE /v1/periodic/{name}", auth.Admin, "manage periodic jobs", s.deletePeriodic)
+
+	s.handle("GET /v1/queues", auth.Admin, "read queue settings", s.listQueues)
+	s.handle("GET /v1/queues/{name}", auth.Admin, "read queue settings", s.getQueue)
+	s.handle("PUT /v1/queues/{name}", auth.Admin, "change queue settings", s.putQueue)
+	s.handle("GET /v1/tasks", auth.Admin, "read task settings", s.listTasks)
+	s.handle("GET /v1/tasks/{name}", auth.Admin, "read task settings", s.getTask)
+	s.handle("PUT /v1/tasks/{name}", auth.Admin, "change task settings", s.putTask)
+
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, api.Errorf(api.CodeNotFound, "", "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+}
+
+// handle registers an endpoint that needs perm.
+func (s *Server) handle(pattern string, perm auth.Permission, what string, h handler) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		p, aerr := s.d.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
+		if aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		if aerr := p.Check(perm, what); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		status, body, err := h(r, p)
+		if err != nil {
+			e := api.FromError(err)
+			if e.Code == api.CodeInternal {
+				s.d.Log.Error("admin request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			}
+			writeError(w, e)
+			return
+		}
+		writeJSON(w, status, body)
+	})
+}
+
+// authed wraps a plain handler with authentication only (any valid token).
+func (s *Server) authed(_ auth.Permission, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, aerr := s.d.Auth.Authenticate(r.Context(), r.Header.Get("Authorization")); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		h(w, r)
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.d.Store.Ping(ctx); err != nil {
+		writeError(w, api.Errorf(api.CodeUnavailable, "", "store unreachable: %v", err))
+		return
+	}
+	if s.d.Healthy != nil {
+		if err := s.d.Healthy(); err != nil {
+			writeError(w, api.Errorf(api.CodeUnavailable, "", "%v", err))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if body != nil {
+		enc := json.NewEncoder(w)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(body)
+	}
+}
+
+func writeError(w http.ResponseWriter, e *api.Error) {
+	writeJSON(w, api.HTTPStatus(e.Code), api.ErrorBody{Error: e})
+}
+
+// maxBody bounds a request body: a settings value or a batch of ids.
+const maxBody = 8 << 20
+
+// readJSON reads a body that must be JSON.
+func readJSON(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return nil, api.BadRequest("cannot read the request body: %v", err)
+	}
+	if len(body) > maxBody {
+		return nil, api.BadRequest("request body over %d bytes", maxBody)
+	}
+	if !json.Valid(body) {
+		return nil, api.BadRequest("request body is not valid JSON")
+	}
+	return body, nil
+}
+
+// decodeJSON reads a JSON body into v.
+func decodeJSON(r *http.Request, v any) error {
+	body, err := readJSON(r)
+	if err != nil {
+		return err
+	}
+	return api.Decode(body, v)
+}
+
+// storeErr maps a store failure to the API.
+func storeErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := api.AsError(err); ok {
+		return err
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return api.Errorf(api.CodeNotFound, "", "not found")
+	}
+	if errors.Is(err, store.ErrConflict) {
+		return api.Errorf(api.CodeAborted, "", "changed concurrently, try again")
+	}
+	return api.Errorf(api.CodeUnavailable, "", "store unavailable, try again")
+}
+
+func queryInt(r *http.Request, name string, def, max int) (int, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > max {
+		return 0, api.InvalidArgument("%s: must be an integer 1-%d, got %q", name, max, v)
+	}
+	return n, nil
+}
+
+func queryBool(r *http.Request, name string) (*bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return nil, nil
+	}
+	b, err := strconv.ParseBool(strings.ToLower(v))
+	if err != nil {
+		return nil, api.InvalidArgument("%s: must be true or false, got %q", name, v)
+	}
+	return &b, nil
+}
+
+// ask sends a message to a namespace's actor and waits for its answer.
+func (s *Server) ask(ctx context.Context, ns string, op actors.Op, body any) (any, error) {
+	type answer struct {
+		body any
+		err  *api.Error
+	}
+	ch := make(chan answer, 1)
+	s.d.Actors.Send(ns, &actors.Message{Op: op, Body: body, Reply: func(b any, e *api.Error) { ch <- answer{b, e} }})
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			return nil, a.err
+		}
+		return a.body, nil
+	case <-ctx.Done():
+		return nil, api.Errorf(api.CodeUnavailable, "", "request cancelled")
+	}
+}

@@ -1,0 +1,175 @@
+// Package client is FlexiQ's Go SDK over NATS: a producer (Enqueue,
+// EnqueueMany, PublishEvent, Replay) and a worker (Worker) that claims jobs,
+// runs a handler, heartbeats and acks or nacks from the handler's result.
+//
+// Every refusal comes back as an *api.Error carrying the code, reason and
+// message every other client sees for the same situation.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flexiq/flexiq/api"
+)
+
+// Client talks to FlexiQ nodes over one NATS connection.
+type Client struct {
+	nc    *nats.Conn
+	token string
+	// Timeout bounds a request whose context has no deadline (default
+	// 10 s).
+	Timeout time.Duration
+}
+
+// New returns a client on nc authenticating with token.
+func New(nc *nats.Conn, token string) *Client {
+	return &Client{nc: nc, token: token, Timeout: 10 * time.Second}
+}
+
+// Connect dials url and returns a client owning the connection.
+func Connect(url, token string, opts ...nats.Option) (*Client, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("flexiq-client")}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	return New(nc, token), nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() { c.nc.Close() }
+
+// Conn is the client's connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// ErrUnreachable wraps failures to reach any node (no responders, timeout,
+// closed connection), as opposed to a node's refusal (*api.Error).
+var ErrUnreachable = errors.New("flexiq: no node answered")
+
+// call sends req on subject and decodes the reply into resp.
+func (c *Client) call(ctx context.Context, subject string, req, resp any) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode request: %w", err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
+	}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	msg.Header.Set(api.HeaderAuthorization, "Bearer "+c.token)
+	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrUnreachable, subject, err)
+	}
+	if e := replyError(reply); e != nil {
+		return e
+	}
+	if resp == nil {
+		return nil
+	}
+	if err := json.Unmarshal(reply.Data, resp); err != nil {
+		return fmt.Errorf("decode %s reply: %w", subject, err)
+	}
+	return nil
+}
+
+// replyError extracts the error of a failed request: the JSON body when it
+// has one, else the micro headers.
+func replyError(m *nats.Msg) *api.Error {
+	code := m.Header.Get(api.HeaderErrorCode)
+	if code == "" {
+		return nil
+	}
+	var body api.ErrorBody
+	if json.Unmarshal(m.Data, &body) == nil && body.Error != nil && body.Error.Code != "" {
+		return body.Error
+	}
+	status, _ := strconv.Atoi(code)
+	return &api.Error{Code: api.CodeForHTTPStatus(status), Message: m.Header.Get(api.HeaderError)}
+}
+
+// Enqueue enqueues one job.
+func (c *Client) Enqueue(ctx context.Context, job api.Job) (api.EnqueueResult, error) {
+	res, err := c.EnqueueMany(ctx, []api.Job{job})
+	if err != nil {
+		return api.EnqueueResult{}, err
+	}
+	if len(res) != 1 {
+		return api.EnqueueResult{}, fmt.Errorf("enqueue: %d results for 1 job", len(res))
+	}
+	return res[0], nil
+}
+
+// EnqueueMany enqueues jobs as one call: admitted or refused as a unit.
+func (c *Client) EnqueueMany(ctx context.Context, jobs []api.Job) ([]api.EnqueueResult, error) {
+	var reply api.EnqueueReply
+	if err := c.call(ctx, api.SubjectEnqueue, api.EnqueueRequest{Jobs: jobs}, &reply); err != nil {
+		return nil, err
+	}
+	return reply.Results, nil
+}
+
+// PublishEvent publishes an event: one job per matching trigger.
+func (c *Client) PublishEvent(ctx context.Context, name string, payload json.RawMessage) ([]api.EnqueueResult, error) {
+	var reply api.EnqueueReply
+	if err := c.call(ctx, api.SubjectEvent, api.EventRequest{Name: name, Payload: payload}, &reply); err != nil {
+		return nil, err
+	}
+	return reply.Results, nil
+}
+
+// Replay sends dead letters back through admission.
+func (c *Client) Replay(ctx context.Context, ids ...string) ([]api.EnqueueResult, error) {
+	var reply api.EnqueueReply
+	if err := c.call(ctx, api.SubjectDeadReplay, api.ReplayRequest{IDs: ids}, &reply); err != nil {
+		return nil, err
+	}
+	return reply.Results, nil
+}
+
+// Claim asks for up to req.Max jobs, waiting up to req.WaitMS.
+func (c *Client) Claim(ctx context.Context, req api.ClaimRequest) ([]api.Job, error) {
+	if req.WaitMS > 0 {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.Timeout+time.Duration(req.WaitMS)*time.Millisecond)
+			defer cancel()
+		}
+	}
+	var reply api.ClaimReply
+	if err := c.call(ctx, api.SubjectClaim, req, &reply); err != nil {
+		return nil, err
+	}
+	return reply.Jobs, nil
+}
+
+// Heartbeat extends leases; it returns the ids still held.
+func (c *Client) Heartbeat(ctx context.Context, leaseMS int64, ids ...string) ([]string, error) {
+	var reply api.HeartbeatReply
+	if err := c.call(ctx, api.SubjectHeartbeat, api.HeartbeatRequest{IDs: ids, LeaseMS: leaseMS}, &reply); err != nil {
+		return nil, err
+	}
+	return reply.Extended, nil
+}
+
+// Ack completes a job. attempt (0 to skip the check) guards against acking
+// a job whose lease was lost and which another worker now holds.
+func (c *Client) Ack(ctx context.Context, id string, attempt int64, result json.RawMessage) error {
+	return c.call(ctx, api.SubjectAck, api.AckRequest{ID: id, Attempt: attempt, Result: result}, nil)
+}
+
+// Nack fails a job: retried after a backoff, or dead (retry false, or its
+// attempts spent).
+func (c *Client) Nack(ctx context.Context, id string, attempt int64, msg string, retry bool) (api.NackReply, error) {
+	var reply api.NackReply
+	err := c.call(ctx, api.SubjectNack, api.NackRequest{ID: id, Attempt: attempt, Error: msg, Retry: &retry}, &reply)
+	return reply, err
+}

@@ -1,0 +1,208 @@
+// Command fq-node runs a FlexiQ node. With no flags it is a whole
+// single-node system: an embedded NATS server on 127.0.0.1:4222, a SQLite
+// store under ./flexiq-data, the admin door on 127.0.0.1:7070, maintenance
+// on. Every flag has an environment twin (SPEC §1).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/oklog/run"
+
+	"github.com/flexiq/flexiq/node"
+)
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// usageError is a bad flag or value: exit 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func realMain(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg, err := parse(args, getenv, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "fq-node:", err)
+		return 2
+	}
+	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	ctx := context.Background()
+	n, err := node.Start(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "fq-node:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "FlexiQ node %s\n", n.ID())
+	fmt.Fprintf(stdout, "  store:      %s\n", storeLabel(cfg))
+	fmt.Fprintf(stdout, "  nats:       %s%s\n", n.NATSURL(), map[bool]string{true: " (embedded, JetStream on)", false: ""}[cfg.NATSURL == ""])
+	fmt.Fprintf(stdout, "  admin door: %s\n", n.AdminURL())
+	if f := n.TokenFile(); f != "" {
+		fmt.Fprintf(stdout, "  root token: written to %s\n", f)
+	} else {
+		fmt.Fprintf(stdout, "  root token: from --root-token / FLEXIQ_ROOT_TOKEN\n")
+	}
+	fmt.Fprintf(stdout, "  maintenance: %v\n", cfg.Maintenance)
+
+	var g run.Group
+	g.Add(run.SignalHandler(ctx, os.Interrupt, syscall.SIGTERM))
+	{
+		// The node runs until interrupted; its Stop orders the shutdown
+		// (admin door, service drain, actors, NATS, store) within 5 s.
+		done := make(chan struct{})
+		g.Add(func() error {
+			<-done
+			return nil
+		}, func(error) {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 4500*time.Millisecond)
+			defer cancel()
+			if err := n.Stop(stopCtx); err != nil {
+				cfg.Log.Error("unclean stop", "err", err)
+			}
+			close(done)
+		})
+	}
+	err = g.Run()
+	var sig run.SignalError
+	if err != nil && !errors.As(err, &sig) {
+		fmt.Fprintln(stderr, "fq-node:", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, "stopped")
+	return 0
+}
+
+func storeLabel(cfg node.Config) string {
+	if cfg.Store == "" {
+		return "sqlite://" + cfg.DataDir + "/flexiq.db"
+	}
+	return cfg.Store
+}
+
+// parse reads flags, each with its environment twin; a flag wins over its
+// variable. A bad value names the flag or variable as the user wrote it.
+func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Config, error) {
+	cfg := node.Defaults()
+	fs := flag.NewFlagSet("fq-node", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+
+	type strOpt struct {
+		flag, env, help string
+		dst             *string
+	}
+	type durOpt struct {
+		flag, env, help string
+		dst             *time.Duration
+	}
+	strs := []strOpt{
+		{"data-dir", "FLEXIQ_DATA_DIR", "data directory", &cfg.DataDir},
+		{"store", "FLEXIQ_STORE", "store URL: sqlite://<path>, postgres://… or redis://… (default sqlite://<data-dir>/flexiq.db)", &cfg.Store},
+		{"nats-url", "FLEXIQ_NATS_URL", "external NATS URL (empty: run an embedded server)", &cfg.NATSURL},
+		{"nats-listen", "FLEXIQ_NATS_LISTEN", "embedded NATS server address", &cfg.NATSListen},
+		{"admin-addr", "FLEXIQ_ADMIN_ADDR", "admin door (HTTP) address", &cfg.AdminAddr},
+		{"node-id", "FLEXIQ_NODE_ID", "node id (default hostname + random suffix)", &cfg.NodeID},
+		{"root-token", "FLEXIQ_ROOT_TOKEN", "root token (default: generated into <data-dir>/root.token)", &cfg.RootToken},
+	}
+	durs := []durOpt{
+		{"archive-ttl", "FLEXIQ_ARCHIVE_TTL", "how long completed jobs are kept", &cfg.ArchiveTTL},
+		{"dead-ttl", "FLEXIQ_DEAD_TTL", "how long dead letters are kept", &cfg.DeadTTL},
+		{"cleanup-interval", "FLEXIQ_CLEANUP_INTERVAL", "retention tick", &cfg.CleanupInterval},
+		{"quota-cache-ttl", "FLEXIQ_QUOTA_CACHE_TTL", "longest a node trusts a cached quota", &cfg.QuotaCacheTTL},
+	}
+	// Environment first, so flags override it.
+	for _, o := range strs {
+		if v := getenv(o.env); v != "" {
+			*o.dst = v
+		}
+		fs.StringVar(o.dst, o.flag, *o.dst, o.help+" (env "+o.env+")")
+	}
+	for _, o := range durs {
+		if v := getenv(o.env); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return cfg, usageError{fmt.Sprintf("%s: must be a positive duration such as 30s or 168h, got %q", o.env, v)}
+			}
+			*o.dst = d
+		}
+		fs.Var(positiveDuration{o.dst}, o.flag, o.help+" (env "+o.env+")")
+	}
+	if v := getenv("FLEXIQ_CLEANUP_BATCH"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return cfg, usageError{fmt.Sprintf("FLEXIQ_CLEANUP_BATCH: must be an integer >= 1, got %q", v)}
+		}
+		cfg.CleanupBatch = n
+	}
+	fs.Var(positiveInt{&cfg.CleanupBatch}, "cleanup-batch", "rows deleted per namespace per kind per tick (env FLEXIQ_CLEANUP_BATCH)")
+	if v := getenv("FLEXIQ_MAINTENANCE"); v != "" {
+		switch strings.ToLower(v) {
+		case "on", "1", "true", "yes":
+			cfg.Maintenance = true
+		case "off", "0", "false", "no":
+			cfg.Maintenance = false
+		default:
+			return cfg, usageError{fmt.Sprintf("FLEXIQ_MAINTENANCE: must be on or off, got %q", v)}
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, err
+		}
+		return cfg, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return cfg, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return cfg, nil
+}
+
+type positiveDuration struct{ d *time.Duration }
+
+func (p positiveDuration) String() string {
+	if p.d == nil {
+		return ""
+	}
+	return p.d.String()
+}
+
+func (p positiveDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("must be a positive duration such as 30s or 168h, got %q", s)
+	}
+	*p.d = d
+	return nil
+}
+
+type positiveInt struct{ n *int }
+
+func (p positiveInt) String() string {
+	if p.n == nil {
+		return ""
+	}
+	return strconv.Itoa(*p.n)
+}
+
+func (p positiveInt) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return fmt.Errorf("must be an integer >= 1, got %q", s)
+	}
+	*p.n = n
+	return nil
+}

@@ -1,0 +1,320 @@
+// Package node wires one FlexiQ node: store, NATS (embedded or external),
+// the namespace actors, the flexiq service, the broadcasts, the admin door
+// and maintenance. cmd/node turns flags into a Config and runs it; tests
+// start whole nodes in-process the same way.
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/flexiq/flexiq/actors"
+	"github.com/flexiq/flexiq/admin"
+	"github.com/flexiq/flexiq/auth"
+	"github.com/flexiq/flexiq/bus"
+	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/store"
+	"github.com/flexiq/flexiq/store/open"
+)
+
+// Config is a node's configuration (SPEC §1).
+type Config struct {
+	DataDir    string
+	Store      string // store URL; empty = sqlite://<DataDir>/flexiq.db
+	NATSURL    string // empty = run an embedded server
+	NATSListen string
+	AdminAddr  string
+	NodeID     string
+	// Maintenance runs retention and sweeps on this node.
+	Maintenance     bool
+	ArchiveTTL      time.Duration
+	DeadTTL         time.Duration
+	CleanupInterval time.Duration
+	CleanupBatch    int
+	QuotaCacheTTL   time.Duration
+	// RootToken is the root token's secret; empty = read
+	// <DataDir>/root.token, generating it on first start.
+	RootToken string
+	// IdleAfter passivates idle actors (default 1 minute).
+	IdleAfter time.Duration
+	Log       *slog.Logger
+}
+
+// Defaults returns SPEC §1's defaults.
+func Defaults() Config {
+	return Config{
+		DataDir:         "./flexiq-data",
+		NATSListen:      "127.0.0.1:4222",
+		AdminAddr:       "127.0.0.1:7070",
+		Maintenance:     true,
+		ArchiveTTL:      168 * time.Hour,
+		DeadTTL:         720 * time.Hour,
+		CleanupInterval: 30 * time.Second,
+		CleanupBatch:    1000,
+		QuotaCacheTTL:   2 * time.Second,
+	}
+}
+
+// Node is a running node.
+type Node struct {
+	cfg       Config
+	log       *slog.Logger
+	Store     store.Store
+	server    *server.Server
+	nc        *nats.Conn
+	Cache     *cachebust.Cache
+	Actors    *actors.System
+	service   *bus.Service
+	subs      *bus.Subscriptions
+	Metrics   *admin.Metrics
+	httpSrv   *http.Server
+	httpLn    net.Listener
+	natsURL   string
+	rootToken string
+	tokenFile string
+
+	cancel   context.CancelFunc
+	bg       sync.WaitGroup
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start brings a node up. On error everything started is stopped again.
+func Start(ctx context.Context, cfg Config) (n *Node, err error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = DefaultNodeID()
+	}
+	if cfg.Store == "" {
+		cfg.Store = "sqlite://" + filepath.Join(cfg.DataDir, "flexiq.db")
+	}
+	n = &Node{cfg: cfg, log: cfg.Log.With("node", cfg.NodeID)}
+	defer func() {
+		if err != nil {
+			n.Stop(context.Background())
+			n = nil
+		}
+	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return n, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	if n.rootToken, n.tokenFile, err = rootToken(cfg); err != nil {
+		return n, err
+	}
+
+	n.Store, err = open.Open(ctx, cfg.Store)
+	if err != nil {
+		return n, fmt.Errorf("store: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = n.Store.Ping(pingCtx)
+	cancel()
+	if err != nil {
+		return n, fmt.Errorf("store %s unreachable: %w", redact(cfg.Store), err)
+	}
+
+	if cfg.NATSURL == "" {
+		n.server, err = bus.StartEmbedded(bus.EmbeddedOptions{
+			Listen: cfg.NATSListen, StoreDir: filepath.Join(cfg.DataDir, "nats"), ServerName: cfg.NodeID,
+		})
+		if err != nil {
+			return n, err
+		}
+		n.natsURL = n.server.ClientURL()
+	} else {
+		n.natsURL = cfg.NATSURL
+	}
+	n.nc, err = bus.Connect(cfg.NATSURL, n.server, "flexiq-node-"+cfg.NodeID)
+	if err != nil {
+		return n, err
+	}
+
+	n.Metrics = admin.NewMetrics()
+	n.Cache = cachebust.New(n.Store, cfg.QuotaCacheTTL, n.log)
+	authn := auth.New(n.Store, n.rootToken, time.Now)
+	runCtx, runCancel := context.WithCancel(context.WithoutCancel(ctx))
+	n.cancel = runCancel
+	n.Actors = actors.NewSystem(runCtx, actors.Deps{
+		Store: n.Store, Snapshots: n.Cache, Log: n.log, Observer: n.Metrics, IdleAfter: cfg.IdleAfter,
+	})
+	// Broadcast listeners first: the service's drain on stop counts only
+	// its own subscriptions.
+	n.subs, err = bus.SubscribeBroadcasts(n.nc, n.Cache, authn, n.Metrics.Propagation, n.log)
+	if err != nil {
+		return n, err
+	}
+	n.service, err = bus.NewService(runCtx, n.nc, cfg.NodeID, n.Actors, authn, n.log)
+	if err != nil {
+		return n, err
+	}
+	if err := n.nc.Flush(); err != nil {
+		return n, fmt.Errorf("nats: %w", err)
+	}
+
+	n.httpLn, err = net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		return n, fmt.Errorf("admin door on %s: %w", cfg.AdminAddr, err)
+	}
+	n.httpSrv = &http.Server{
+		Handler: admin.New(admin.Deps{
+			Store: n.Store, Auth: authn, Cache: n.Cache, Publisher: bus.Publisher{NC: n.nc},
+			Actors: n.Actors, Metrics: n.Metrics, Log: n.log,
+			Healthy: func() error {
+				if !n.nc.IsConnected() {
+					return errors.New("not connected to NATS")
+				}
+				return nil
+			},
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		if err := n.httpSrv.Serve(n.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("admin door stopped", "err", err)
+		}
+	}()
+
+	if cfg.Maintenance {
+		n.startMaintenance(runCtx)
+	}
+	return n, nil
+}
+
+// ID is the node's id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// AdminURL is the admin door's base URL.
+func (n *Node) AdminURL() string { return "http://" + n.httpLn.Addr().String() }
+
+// NATSURL is the URL clients use.
+func (n *Node) NATSURL() string { return n.natsURL }
+
+// RootToken is the root token's secret.
+func (n *Node) RootToken() string { return n.rootToken }
+
+// TokenFile is where the root token was written ("" when given by flag).
+func (n *Node) TokenFile() string { return n.tokenFile }
+
+// Stop stops the node in order: the admin door finishes its requests; the
+// service stops taking requests and drains those delivered; the actors
+// answer everything they hold; the connection flushes the answers; then
+// NATS and the store close. ctx bounds it.
+func (n *Node) Stop(ctx context.Context) error {
+	n.stopOnce.Do(func() {
+		var errs []error
+		if n.httpSrv != nil {
+			if err := n.httpSrv.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("admin door: %w", err))
+			}
+		}
+		if n.service != nil {
+			if err := n.service.Stop(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if n.cancel != nil {
+			n.cancel() // maintenance loops
+		}
+		if n.Actors != nil {
+			if err := n.Actors.Stop(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("actors: %w", err))
+			}
+		}
+		n.bg.Wait()
+		if n.subs != nil {
+			n.subs.Close()
+		}
+		if n.nc != nil {
+			if err := n.nc.FlushTimeout(2 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+				errs = append(errs, fmt.Errorf("nats flush: %w", err))
+			}
+			n.nc.Close()
+		}
+		if n.server != nil {
+			n.server.Shutdown()
+			n.server.WaitForShutdown()
+		}
+		if n.Store != nil {
+			if err := n.Store.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("store: %w", err))
+			}
+		}
+		n.stopErr = errors.Join(errs...)
+	})
+	return n.stopErr
+}
+
+// DefaultNodeID is the hostname and a random suffix.
+func DefaultNodeID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "node"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%x", host, b)
+}
+
+// rootToken returns the root token: given, read from <data-dir>/root.token,
+// or generated there (mode 0600) on first start.
+func rootToken(cfg Config) (token, file string, err error) {
+	if cfg.RootToken != "" {
+		return cfg.RootToken, "", nil
+	}
+	file = filepath.Join(cfg.DataDir, "root.token")
+	data, err := os.ReadFile(file)
+	if err == nil {
+		token = strings.TrimSpace(string(data))
+		if token == "" {
+			return "", "", fmt.Errorf("root token file %s is empty", file)
+		}
+		return token, file, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", "", fmt.Errorf("root token file %s: %w", file, err)
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", "", err
+	}
+	token = "fq_root_" + base64.RawURLEncoding.EncodeToString(b[:])
+	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+		return "", "", fmt.Errorf("write root token to %s: %w", file, err)
+	}
+	return token, file, nil
+}
+
+// redact hides a password in a store URL for messages.
+func redact(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return u
+	}
+	creds := rest[:at]
+	if user, _, hasPass := strings.Cut(creds, ":"); hasPass {
+		return scheme + "://" + user + ":***" + rest[at:]
+	}
+	return u
+}

@@ -1,0 +1,44 @@
+// Package open opens a store.Store from its URL: sqlite://<path>,
+// postgres://… or redis://….
+package open
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/flexiq/flexiq/store"
+	"github.com/flexiq/flexiq/store/sqlite"
+)
+
+// Open opens the store named by rawURL.
+//
+// sqlite://<path> takes a relative or absolute path (sqlite:///var/lib/x.db
+// is absolute) and the option ?synchronous=FULL (default NORMAL).
+func Open(ctx context.Context, rawURL string) (store.Store, error) {
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return nil, fmt.Errorf("store URL %q: want sqlite://<path>, postgres://… or redis://…", rawURL)
+	}
+	switch scheme {
+	case "sqlite", "sqlite3":
+		path, query, _ := strings.Cut(rest, "?")
+		if path == "" {
+			return nil, fmt.Errorf("store URL %q: sqlite needs a path, e.g. sqlite://./flexiq-data/flexiq.db", rawURL)
+		}
+		q, err := url.ParseQuery(query)
+		if err != nil {
+			return nil, fmt.Errorf("store URL %q: %w", rawURL, err)
+		}
+		opt := sqlite.Options{Synchronous: q.Get("synchronous")}
+		for k := range q {
+			if k != "synchronous" {
+				return nil, fmt.Errorf("store URL %q: unknown option %q (sqlite takes synchronous=NORMAL|FULL)", rawURL, k)
+			}
+		}
+		return sqlite.Open(ctx, path, opt)
+	default:
+		return nil, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite, postgres or redis)", rawURL, scheme)
+	}
+}
