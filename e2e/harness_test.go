@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/client"
 	"github.com/flexiq/flexiq/node"
@@ -231,3 +233,13 @@ func claim(t testing.TB, c *client.Client, max int, queues ...string) []api.Job 
 	}
 	return jobs
 }
+
+// newMsg builds a raw NATS request with a token, for tests of the wire.
+func newMsg(subject, token, body string) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Header.Set(api.HeaderAuthorization, "Bearer "+token)
+	m.Data = []byte(body)
+	return m
+}
+
+type nodeConfig = node.Config
