@@ -156,5 +156,3 @@ func TestQuotaChangeIsEnforcedByTheNextEnqueue(t *testing.T) {
 	e.setQuota(tn.admin, `{"max_pending":2}`)
 	enqueue(t, tn.p, job("q", "t"))
 }
-
-
