@@ -575,7 +575,9 @@ func (c *Core) PlanUpdates(calls []*UpdateCall, now time.Time) UpdatePlan {
 			p.heartbeats = append(p.heartbeats, call)
 			for _, id := range body.IDs {
 				ri := c.running[id]
-				if ri == nil || finishing[id] {
+				// A lease already run out is not revived: the job
+				// expires below and its worker learns it lost it.
+				if ri == nil || finishing[id] || !now.Before(ri.leaseUntil) {
 					continue
 				}
 				until := now.Add(lease)

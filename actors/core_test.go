@@ -1,0 +1,292 @@
+package actors
+
+import (
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/quota"
+	"github.com/flexiq/flexiq/store"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func newTestCore(t *testing.T, doc string) *Core {
+	t.Helper()
+	c := NewCore("acme", rand.New(rand.NewPCG(1, 2)))
+	setQuota(t, c, doc)
+	c.Load(store.Counts{}, nil, t0)
+	return c
+}
+
+func setQuota(t *testing.T, c *Core, doc string) {
+	t.Helper()
+	d, err := quota.Decode([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Snapshot()
+	s.Quota, s.Revision = d, s.Revision+1
+	c.SetSnapshot(s)
+}
+
+func call(c *Core, jobs ...api.Job) *EnqueueCall {
+	return c.NewEnqueueCall(&Message{Op: OpEnqueue}, jobs, t0)
+}
+
+func plain() api.Job { return api.Job{Queue: "q", Task: "t"} }
+
+func withID(id string) api.Job { j := plain(); j.ID = id; return j }
+
+// results fakes what the store returns: every job enqueued except those
+// whose index is in dups.
+func results(p *EnqueuePlan, dups map[[2]int]bool) [][]api.EnqueueResult {
+	out := make([][]api.EnqueueResult, len(p.Params.Calls))
+	for i, c := range p.Params.Calls {
+		for k, j := range c.Jobs {
+			o := api.OutcomeEnqueued
+			switch {
+			case c.ShedError != "":
+				o = api.OutcomeShed
+			case dups[[2]int{i, k}]:
+				o = api.OutcomeDeduplicated
+			}
+			out[i] = append(out[i], api.EnqueueResult{ID: j.ID, Outcome: o})
+		}
+	}
+	return out
+}
+
+func TestPlanEnqueueCutsAfterAnUncertainCallOnlyWhenDepthWouldRefuse(t *testing.T) {
+	c := newTestCore(t, `{"max_pending":2}`)
+	// Pending 0. Call A has a client id (may be a duplicate); B and C are
+	// plain. Under the upper bound A+B fill the cap, so C's refusal would
+	// rest on A landing: the plan must stop before C.
+	a, b, cc := call(c, withID("a")), call(c, plain()), call(c, plain())
+	p := c.PlanEnqueue([]*EnqueueCall{a, b, cc}, t0)
+	if len(p.Calls) != 2 || len(p.Refused) != 0 || len(p.Rest) != 1 || p.Rest[0] != cc {
+		t.Fatalf("plan: %d calls, %d refused, %d rest; want 2, 0, 1 (C left for later)", len(p.Calls), len(p.Refused), len(p.Rest))
+	}
+	// A turns out to be a duplicate: one job landed, pending 1, and C fits.
+	c.EnqueueDone(&p, results(&p, map[[2]int]bool{{0, 0}: true}), nil, t0)
+	if c.Pending() != 1 {
+		t.Fatalf("pending = %d, want 1", c.Pending())
+	}
+	p2 := c.PlanEnqueue(p.Rest, t0)
+	if len(p2.Calls) != 1 || len(p2.Refused) != 0 {
+		t.Fatalf("second plan: %d calls %d refused, want C admitted", len(p2.Calls), len(p2.Refused))
+	}
+
+	// Without an uncertain call before it, a depth refusal is decided at once.
+	c = newTestCore(t, `{"max_pending":1}`)
+	p = c.PlanEnqueue([]*EnqueueCall{call(c, plain()), call(c, plain())}, t0)
+	if len(p.Calls) != 1 || len(p.Refused) != 1 || len(p.Rest) != 0 {
+		t.Fatalf("plain plan: %d calls %d refused %d rest, want 1 1 0", len(p.Calls), len(p.Refused), len(p.Rest))
+	}
+	if msg := p.Refused[0].Err.Message; msg != "queue 'q' is full: 1 pending >= max_pending 1" {
+		t.Fatalf("refusal %q", msg)
+	}
+}
+
+func TestPlanEnqueueShedsInDropModeAndFailsClosed(t *testing.T) {
+	c := newTestCore(t, `{"max_pending":0,"on_excess":"drop"}`)
+	p := c.PlanEnqueue([]*EnqueueCall{call(c, plain(), plain())}, t0)
+	if len(p.Calls) != 1 || p.Params.Calls[0].ShedError != "quota: queue 'q' is full: 0 pending >= max_pending 0" {
+		t.Fatalf("drop plan: %+v", p.Params.Calls)
+	}
+	c.EnqueueDone(&p, results(&p, nil), nil, t0)
+	if c.Pending() != 0 {
+		t.Fatalf("shed jobs counted as pending: %d", c.Pending())
+	}
+
+	s := c.Snapshot()
+	s.Err = api.Errorf(api.CodeFailedPrecondition, api.ReasonQuotaUnreadable, "stopped")
+	c.SetSnapshot(s)
+	p = c.PlanEnqueue([]*EnqueueCall{call(c, plain())}, t0)
+	if len(p.Calls) != 0 || len(p.Refused) != 1 || p.Refused[0].Err.Reason != api.ReasonQuotaUnreadable {
+		t.Fatalf("fail-closed plan: %d calls %+v", len(p.Calls), p.Refused)
+	}
+	cp := c.PlanClaims([]*ClaimCall{{Req: api.ClaimRequest{Queues: []string{"q"}, Max: 1}}}, t0)
+	if len(cp.Calls) != 0 || len(cp.Empty) != 1 {
+		t.Fatal("a stopped namespace planned a claim")
+	}
+}
+
+func TestFailedWriteRestoresTokensAndUnloads(t *testing.T) {
+	c := newTestCore(t, `{"enqueue_rate":"2/h"}`)
+	p := c.PlanEnqueue([]*EnqueueCall{call(c, plain(), plain())}, t0)
+	if len(p.Calls) != 1 {
+		t.Fatal("not admitted")
+	}
+	c.EnqueueDone(&p, nil, errors.New("disk on fire"), t0)
+	if c.Loaded() {
+		t.Fatal("core still trusts its counts after a failed write")
+	}
+	c.Load(store.Counts{}, nil, t0)
+	// The two tokens came back: the same call is admitted again.
+	p = c.PlanEnqueue([]*EnqueueCall{call(c, plain(), plain())}, t0)
+	if len(p.Calls) != 1 {
+		t.Fatalf("after a failed write the tokens were lost: %+v", p.Refused)
+	}
+}
+
+func TestPlanClaimsGatesInsideTheScan(t *testing.T) {
+	c := newTestCore(t, `{"max_running":4}`)
+	s := c.Snapshot()
+	two, one := int64(2), int64(1)
+	s.Queues = map[string]quota.QueueSettings{"mail": {MaxConcurrent: &one}}
+	s.Tasks = map[string]quota.TaskSettings{"resize": {MaxConcurrent: &two}}
+	c.SetSnapshot(s)
+	c.pending = 10
+	p := c.PlanClaims([]*ClaimCall{{Req: api.ClaimRequest{Queues: []string{"mail", "img"}, Max: 10, LeaseMS: 1000}}}, t0)
+	allow := p.Params.Allow
+	seq := []struct {
+		queue, task string
+		want        store.ClaimVerdict
+	}{
+		{"mail", "send", store.ClaimTake},
+		{"mail", "send", store.ClaimSkipQueue},
+		{"img", "resize", store.ClaimTake},
+		{"img", "resize", store.ClaimTake},
+		{"img", "resize", store.ClaimSkipTask},
+		{"img", "thumb", store.ClaimTake},
+		{"img", "thumb", store.ClaimStop}, // namespace at 4
+	}
+	for i, s := range seq {
+		if got := allow(s.queue, s.task); got != s.want {
+			t.Fatalf("step %d (%s/%s): verdict %d, want %d", i, s.queue, s.task, got, s.want)
+		}
+	}
+	// The scratch counts are not the core's: nothing ran yet.
+	if c.Running() != 0 {
+		t.Fatalf("planning changed the running count to %d", c.Running())
+	}
+	c.ClaimDone(&p, [][]store.Job{{
+		{ID: "1", Queue: "mail", Task: "send", Attempt: 1, LeaseUntil: t0.Add(time.Second)},
+		{ID: "2", Queue: "img", Task: "resize", Attempt: 1, LeaseUntil: t0.Add(time.Second)},
+	}}, nil)
+	if c.Running() != 2 || c.Pending() != 8 {
+		t.Fatalf("after claims running %d pending %d, want 2 and 8", c.Running(), c.Pending())
+	}
+	p = c.PlanClaims([]*ClaimCall{{Req: api.ClaimRequest{Queues: []string{"mail"}, Max: 1}}}, t0)
+	if len(p.Calls) != 0 || len(p.Empty) != 1 {
+		t.Fatal("a claim on a full queue reached the store")
+	}
+}
+
+func TestUpdatesAckNackExpire(t *testing.T) {
+	c := newTestCore(t, `{}`)
+	c.pending = 3
+	p := c.PlanClaims([]*ClaimCall{{Req: api.ClaimRequest{Queues: []string{"q"}, Max: 3}}}, t0)
+	lease := t0.Add(10 * time.Second)
+	c.ClaimDone(&p, [][]store.Job{{
+		{ID: "a", Queue: "q", Task: "t", Attempt: 1, LeaseUntil: lease},
+		{ID: "b", Queue: "q", Task: "t", Attempt: 1, LeaseUntil: lease, MaxAttempts: 1},
+		{ID: "c", Queue: "q", Task: "t", Attempt: 1, LeaseUntil: t0.Add(time.Second)},
+	}}, nil)
+	msg := func(body any) *UpdateCall { return &UpdateCall{Msg: &Message{Body: body}} }
+	yes := true
+	calls := []*UpdateCall{
+		msg(&api.AckRequest{ID: "a", Result: json.RawMessage(`1`)}),
+		msg(&api.AckRequest{ID: "a"}), // second ack of the same job in one group
+		msg(&api.NackRequest{ID: "b", Error: "x", Retry: &yes}),
+		msg(&api.AckRequest{ID: "zzz"}),
+		msg(&api.HeartbeatRequest{IDs: []string{"c", "a"}, LeaseMS: 5000}),
+	}
+	up := c.PlanUpdates(calls, t0.Add(2*time.Second)) // c's lease ran out at t0+1s
+	if len(up.Unknown) != 2 {
+		t.Fatalf("unknown = %d, want 2 (second ack of a, zzz)", len(up.Unknown))
+	}
+	kinds := map[string]store.UpdateKind{}
+	for _, u := range up.Params.Updates {
+		kinds[u.ID] = u.Kind
+	}
+	// a completes, b is dead (max_attempts 1), c expired: retried, and the
+	// heartbeat does not extend jobs that end in this group.
+	if kinds["a"] != store.UpdateComplete || kinds["b"] != store.UpdateDead || kinds["c"] != store.UpdateRetry || len(up.Params.Updates) != 3 {
+		t.Fatalf("updates %v", up.Params.Updates)
+	}
+	applied := make([]bool, len(up.Params.Updates))
+	for i := range applied {
+		applied[i] = true
+	}
+	replies := c.UpdatesDone(&up, applied, nil)
+	if c.Running() != 0 || c.Pending() != 1 {
+		t.Fatalf("after updates running %d pending %d, want 0 and 1 (c retried)", c.Running(), c.Pending())
+	}
+	var hb *api.HeartbeatReply
+	for _, r := range replies {
+		if h, ok := r.Body.(api.HeartbeatReply); ok {
+			hb = &h
+		}
+	}
+	if hb == nil || len(hb.Extended) != 0 {
+		t.Fatalf("heartbeat reply %+v, want nothing extended", hb)
+	}
+}
+
+func TestBackoffBounds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for attempt := int64(1); attempt <= 30; attempt++ {
+		base := time.Hour
+		if attempt <= 13 {
+			base = min(time.Second<<(attempt-1), time.Hour)
+		}
+		for i := 0; i < 200; i++ {
+			d := Backoff(attempt, rng)
+			lo, hi := time.Duration(float64(base)*0.8), min(time.Duration(float64(base)*1.2), time.Hour)
+			if d < lo || d > hi {
+				t.Fatalf("attempt %d: backoff %v outside [%v, %v]", attempt, d, lo, hi)
+			}
+		}
+	}
+}
+
+func TestIDsAreTimeOrderedUUIDv7(t *testing.T) {
+	g := NewIDGen(rand.New(rand.NewPCG(3, 4)))
+	prev := ""
+	now := t0
+	for i := 0; i < 20000; i++ {
+		if i%7 == 0 {
+			now = now.Add(time.Millisecond)
+		}
+		if i == 10000 {
+			now = now.Add(-time.Second) // a clock step back
+		}
+		id := g.New(now)
+		if len(id) != 36 || id[14] != '7' || !strings.ContainsRune("89ab", rune(id[19])) {
+			t.Fatalf("id %q is not a UUIDv7", id)
+		}
+		if id <= prev {
+			t.Fatalf("id %d %q not after %q", i, id, prev)
+		}
+		prev = id
+	}
+}
+
+func TestSnapshotChangeWakesParkedClaims(t *testing.T) {
+	c := newTestCore(t, `{"max_running":0}`)
+	w := &ClaimCall{Msg: &Message{}, Deadline: t0.Add(time.Minute)}
+	c.Park([]*ClaimCall{w}, time.Time{}, false)
+	if retry, _ := c.Waiters(t0); len(retry) != 1 {
+		t.Fatal("a freshly loaded core should try its waiters once")
+	}
+	c.Park([]*ClaimCall{w}, time.Time{}, false)
+	if retry, _ := c.Waiters(t0); len(retry) != 0 {
+		t.Fatal("nothing changed, yet the waiter was retried")
+	}
+	setQuota(t, c, `{"max_running":5}`)
+	if retry, _ := c.Waiters(t0); len(retry) != 1 {
+		t.Fatal("raising max_running did not wake the parked claim")
+	}
+	c.Park([]*ClaimCall{w}, t0.Add(time.Second), true)
+	if _, expired := c.Waiters(t0.Add(2 * time.Minute)); len(expired) != 1 {
+		t.Fatal("a waiter past its deadline was not expired")
+	}
+	_ = cachebust.Snapshot{}
+}

@@ -1,0 +1,135 @@
+package actors
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/store/sqlite"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// panicky makes the next Get panic once when armed.
+type panicky struct {
+	inner Snapshots
+	armed atomic.Bool
+}
+
+func (p *panicky) Get(ctx context.Context, ns string, now time.Time) cachebust.Snapshot {
+	if p.armed.Swap(false) {
+		panic("injected")
+	}
+	return p.inner.Get(ctx, ns, now)
+}
+
+type answer struct {
+	body any
+	err  *api.Error
+}
+
+func newSystem(t *testing.T, idle time.Duration) (*System, *panicky) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), ":memory:", sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps := &panicky{inner: cachebust.New(st, time.Second, nil)}
+	sys := NewSystem(context.Background(), Deps{Store: st, Snapshots: snaps, IdleAfter: idle})
+	t.Cleanup(func() {
+		if err := sys.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+		st.Close()
+	})
+	return sys, snaps
+}
+
+func send(sys *System, ns string, op Op, body any) <-chan answer {
+	ch := make(chan answer, 1)
+	sys.Send(ns, &Message{Op: op, Body: body, Reply: func(b any, e *api.Error) { ch <- answer{b, e} }})
+	return ch
+}
+
+func wait(t *testing.T, ch <-chan answer) answer {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer in 10 s")
+		return answer{}
+	}
+}
+
+func TestActorsPassivateWhenIdleAndRespawnOnDemand(t *testing.T) {
+	sys, _ := newSystem(t, 20*time.Millisecond)
+	a := wait(t, send(sys, "acme", OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}}))
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for sys.Len() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("idle actor never passivated")
+		}
+		<-time.After(5 * time.Millisecond)
+	}
+	// A new actor rebuilds the count from the store: the job is there.
+	a = wait(t, send(sys, "acme", OpClaim, &api.ClaimRequest{Queues: []string{"q"}, Max: 5, LeaseMS: 60000}))
+	if a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 1 {
+		t.Fatalf("claim after respawn: %+v", a)
+	}
+	// An actor with a running job stays: it watches the lease.
+	<-time.After(60 * time.Millisecond)
+	if sys.Len() != 1 {
+		t.Fatal("an actor holding a running job passivated")
+	}
+}
+
+func TestActorRestartsInPlaceAfterAPanic(t *testing.T) {
+	sys, p := newSystem(t, time.Minute)
+	enq := &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}}
+	if a := wait(t, send(sys, "acme", OpEnqueue, enq)); a.err != nil {
+		t.Fatal(a.err)
+	}
+	p.armed.Store(true)
+	a := wait(t, send(sys, "acme", OpEnqueue, enq))
+	if a.err == nil || a.err.Code != api.CodeInternal {
+		t.Fatalf("message during a panic answered %+v, want INTERNAL", a)
+	}
+	// The next message is served by the rebuilt core, which counts the one
+	// job that landed before the panic.
+	a = wait(t, send(sys, "acme", OpClaim, &api.ClaimRequest{Queues: []string{"q"}, Max: 5, LeaseMS: 60000}))
+	if a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 1 {
+		t.Fatalf("after restart: %+v", a)
+	}
+}
+
+func TestStopAnswersEverythingHeld(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), ":memory:", sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sys := NewSystem(context.Background(), Deps{Store: st, Snapshots: cachebust.New(st, time.Second, nil)})
+	parked := send(sys, "acme", OpClaim, &api.ClaimRequest{Queues: []string{"q"}, Max: 1, WaitMS: 60000, LeaseMS: 1000})
+	// Let the claim park: answer a second message first.
+	wait(t, send(sys, "acme", OpHeartbeat, &api.HeartbeatRequest{IDs: []string{"x"}, LeaseMS: 1000}))
+	if err := sys.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a := wait(t, parked)
+	if a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 0 {
+		t.Fatalf("parked claim at stop: %+v, want no jobs", a)
+	}
+	a = wait(t, send(sys, "acme", OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}}))
+	if a.err == nil || a.err.Code != api.CodeUnavailable {
+		t.Fatalf("message after stop: %+v, want UNAVAILABLE", a)
+	}
+}
