@@ -9,10 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/robfig/cron/v3"
-
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/auth"
+	"github.com/flexiq/flexiq/maintenance"
 	"github.com/flexiq/flexiq/quota"
 	"github.com/flexiq/flexiq/store"
 )
@@ -290,17 +289,13 @@ func (s *Server) deleteTrigger(r *http.Request, p auth.Principal) (int, any, err
 	return http.StatusOK, api.Empty{}, nil
 }
 
-// CronParser parses 5-field cron expressions and descriptors such as
-// "@every 30s" and "@hourly".
-var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
-// ParseCron validates a schedule.
-func ParseCron(spec string) (cron.Schedule, error) {
-	sched, err := cronParser.Parse(spec)
-	if err != nil {
-		return nil, api.InvalidArgument("cron: %v (want 5 fields such as \"*/5 * * * *\" or @every 30s)", err)
+// ParseCron validates a schedule: 5-field cron or a descriptor such as
+// "@every 30s" (the same parser the periodic firer uses).
+func ParseCron(spec string) error {
+	if _, err := maintenance.ParseCron(spec); err != nil {
+		return api.InvalidArgument("cron: %v (want 5 fields such as \"*/5 * * * *\" or @every 30s)", err)
 	}
-	return sched, nil
+	return nil
 }
 
 func (s *Server) listPeriodic(r *http.Request, p auth.Principal) (int, any, error) {
@@ -328,7 +323,7 @@ func (s *Server) createPeriodic(r *http.Request, p auth.Principal) (int, any, er
 	if pj.Name == "" || len(pj.Name) > api.MaxNameBytes {
 		return 0, nil, api.InvalidArgument("name: must be 1-%d bytes, got %d", api.MaxNameBytes, len(pj.Name))
 	}
-	if _, err := ParseCron(pj.Cron); err != nil {
+	if err := ParseCron(pj.Cron); err != nil {
 		return 0, nil, err
 	}
 	if err := api.CheckName("queue", pj.Queue); err != nil {

@@ -99,3 +99,15 @@ func (m *Metrics) Claimed(ns string, n int) {
 
 // Propagation records a quota change's propagation delay.
 func (m *Metrics) Propagation(d time.Duration) { m.propagation.Observe(d.Seconds()) }
+
+// Deleted counts rows retention deleted.
+func (m *Metrics) Deleted(status api.Status, cause string, n int64) {
+	m.RetentionDeleted.WithLabelValues(string(status), cause).Add(float64(n))
+}
+
+// Skipped counts a namespace retention skipped.
+func (m *Metrics) Skipped(ns string) { m.RetentionSkipped.WithLabelValues(ns).Inc() }
+
+// Fired counts a periodic fire by outcome (enqueued, deduplicated, shed,
+// refused).
+func (m *Metrics) Fired(ns, outcome string) { m.PeriodicFires.WithLabelValues(ns, outcome).Inc() }

@@ -1,9 +1,45 @@
 package node
 
-import "context"
+import (
+	"context"
+	"time"
 
-// startMaintenance starts the maintenance loops of this node (retention
-// leader, dead-letter auto-retry, periodic fires).
+	"github.com/flexiq/flexiq/maintenance"
+	"github.com/flexiq/flexiq/retention"
+)
+
+// sweepEvery is how often periodic schedules and the dead-letter
+// auto-retry sweep are checked (SPEC: at least every second).
+const sweepEvery = time.Second
+
+// startMaintenance starts this node's maintenance: the retention leader,
+// periodic fires and the dead-letter auto-retry sweep. On one node the node
+// is always the leader; a cluster will elect one behind the same interface.
 func (n *Node) startMaintenance(ctx context.Context) {
-	_ = ctx
+	leader := retention.AlwaysLeader{}
+	n.Cleaner = retention.New(retention.Config{
+		ArchiveTTL: n.cfg.ArchiveTTL, DeadTTL: n.cfg.DeadTTL,
+		Interval: n.cfg.CleanupInterval, Batch: n.cfg.CleanupBatch,
+	}, n.Store, leader, n.Metrics, n.log, time.Now)
+	periodic := maintenance.NewPeriodic(n.Store, n.Actors, n.Metrics, n.log)
+	retry := maintenance.NewAutoRetry(n.Store, n.Actors, n.log)
+	n.bg.Add(3)
+	go func() {
+		defer n.bg.Done()
+		n.Cleaner.Run(ctx)
+	}()
+	go func() {
+		defer n.bg.Done()
+		maintenance.Loop(ctx, sweepEvery, leader, time.Now, n.log, "periodic fires", func(ctx context.Context, now time.Time) error {
+			_, err := periodic.RunOnce(ctx, now)
+			return err
+		})
+	}()
+	go func() {
+		defer n.bg.Done()
+		maintenance.Loop(ctx, sweepEvery, leader, time.Now, n.log, "dead-letter auto-retry", func(ctx context.Context, now time.Time) error {
+			_, err := retry.RunOnce(ctx, now)
+			return err
+		})
+	}()
 }

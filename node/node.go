@@ -27,6 +27,7 @@ import (
 	"github.com/flexiq/flexiq/auth"
 	"github.com/flexiq/flexiq/bus"
 	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/retention"
 	"github.com/flexiq/flexiq/store"
 	"github.com/flexiq/flexiq/store/open"
 )
@@ -71,16 +72,18 @@ func Defaults() Config {
 
 // Node is a running node.
 type Node struct {
-	cfg       Config
-	log       *slog.Logger
-	Store     store.Store
-	server    *server.Server
-	nc        *nats.Conn
-	Cache     *cachebust.Cache
-	Actors    *actors.System
-	service   *bus.Service
-	subs      *bus.Subscriptions
-	Metrics   *admin.Metrics
+	cfg     Config
+	log     *slog.Logger
+	Store   store.Store
+	server  *server.Server
+	nc      *nats.Conn
+	Cache   *cachebust.Cache
+	Actors  *actors.System
+	service *bus.Service
+	subs    *bus.Subscriptions
+	Metrics *admin.Metrics
+	// Cleaner is the retention sweep (nil when maintenance is off).
+	Cleaner   *retention.Cleaner
 	httpSrv   *http.Server
 	httpLn    net.Listener
 	natsURL   string
