@@ -335,6 +335,12 @@ func reasonOf(shedError string) api.Reason {
 
 func (a *Actor) claims(ctx context.Context, calls []*ClaimCall, now time.Time) {
 	c := a.core
+	if c.NeedsPromoteTime() {
+		next, ok, err := a.deps.Store.JobNextRunAt(ctx, a.ns, nil)
+		if err == nil {
+			c.SetPromoteTime(next, ok)
+		}
+	}
 	p := c.PlanClaims(calls, now)
 	var (
 		results [][]store.Job

@@ -42,6 +42,12 @@ type Core struct {
 	// nextWake is the earliest known run_at of a job that is not due yet;
 	// zero when none is known.
 	nextWake time.Time
+	// promoteAt is the earliest run_at of this namespace's delayed jobs,
+	// so claims can skip looking for due ones before it; promoteKnown is
+	// false until the loop has read it from the store (after Load, and
+	// after each claim that promoted).
+	promoteAt    time.Time
+	promoteKnown bool
 	// dirty says something may have made a parked claim satisfiable.
 	dirty      bool
 	lastActive time.Time
@@ -99,6 +105,7 @@ func (c *Core) Load(counts store.Counts, running []store.Job, now time.Time) {
 	c.loaded = true
 	c.dirty = true
 	c.nextWake = time.Time{}
+	c.promoteKnown = false
 	if c.lastActive.IsZero() {
 		c.lastActive = now
 	}
@@ -344,10 +351,30 @@ func (c *Core) EnqueueDone(p *EnqueuePlan, results [][]api.EnqueueResult, err er
 	}
 }
 
+// wakeAt records a delayed job due at t: parked claims wake then, and
+// claims from then on look for due delayed jobs.
 func (c *Core) wakeAt(t time.Time) {
 	if c.nextWake.IsZero() || t.Before(c.nextWake) {
 		c.nextWake = t
 	}
+	if c.promoteAt.IsZero() || t.Before(c.promoteAt) {
+		c.promoteAt = t
+	}
+}
+
+// NeedsPromoteTime reports whether the loop must read the namespace's
+// earliest delayed run_at from the store (SetPromoteTime).
+func (c *Core) NeedsPromoteTime() bool { return !c.promoteKnown }
+
+// SetPromoteTime installs the earliest delayed run_at read from the store
+// (ok false: none).
+func (c *Core) SetPromoteTime(t time.Time, ok bool) {
+	c.promoteKnown = true
+	if !ok {
+		c.promoteAt = time.Time{}
+		return
+	}
+	c.promoteAt = t
 }
 
 // ---------------------------------------------------------------------------
@@ -400,6 +427,12 @@ func (c *Core) PlanClaims(calls []*ClaimCall, now time.Time) ClaimPlan {
 		return p
 	}
 	p.Params.ExcludeTasks = lim.FullTasks(&c.counts)
+	// Skip the search for due delayed jobs until the earliest is due; once
+	// a claim has promoted, the next earliest must be read again.
+	p.Params.NoPromote = c.promoteKnown && (c.promoteAt.IsZero() || now.Before(c.promoteAt))
+	if !p.Params.NoPromote {
+		c.promoteKnown = false
+	}
 	scratch := dispatch.Counts{Running: c.counts.Running}
 	scratch.Queue = make(map[string]int64, len(c.counts.Queue))
 	for k, v := range c.counts.Queue {

@@ -254,3 +254,34 @@ func TestProtocolErrorsAndDiscovery(t *testing.T) {
 		t.Fatalf("ping reply %s", ping.Data)
 	}
 }
+
+// Delayed jobs become claimable when due, one after the other, also when
+// they were written before the node (and its actors) restarted.
+func TestDelayedJobsBecomeDueInTurnAcrossARestart(t *testing.T) {
+	e := start(t)
+	tn := e.tenant("acme")
+	first, second := job("q", "t"), job("q", "t")
+	first.ID, second.ID = "first", "second"
+	first.DelayMS, second.DelayMS = 300, 600
+	enqueue(t, tn.p, first, second)
+	if got := claim(t, tn.w, 10, "q"); len(got) != 0 {
+		t.Fatalf("claimed %v before they were due", ids(got))
+	}
+	for _, want := range []string{"first", "second"} {
+		got, err := tn.w.Claim(ctx(t), api.ClaimRequest{Queues: []string{"q"}, Max: 10, WaitMS: 5000})
+		if err != nil || len(got) != 1 || got[0].ID != want {
+			t.Fatalf("long poll = %v %v, want [%s]", ids(got), err, want)
+		}
+	}
+	later := job("q", "t")
+	later.ID = "later"
+	later.DelayMS = 400
+	enqueue(t, tn.p, later)
+	e.stop()
+	e.boot()
+	w := e.client(tn.worker)
+	got, err := w.Claim(ctx(t), api.ClaimRequest{Queues: []string{"q"}, Max: 10, WaitMS: 5000})
+	if err != nil || len(got) != 1 || got[0].ID != "later" {
+		t.Fatalf("after a restart the long poll = %v %v, want [later]", ids(got), err)
+	}
+}

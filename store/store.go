@@ -59,9 +59,10 @@ type JobStore interface {
 	// and is meant for actor start-up and usage, not the enqueue path.
 	JobCount(ctx context.Context, namespace string) (Counts, error)
 	// JobNextRunAt returns the earliest run_at of the queues' pending jobs
-	// that were not yet due when last written (delayed, or retrying after a
-	// backoff); ok is false when there are none. It may lie in the past: the
-	// job is due and the next claim takes it.
+	// (of every queue of the namespace when queues is empty) that were not
+	// yet due when last written (delayed, or retrying after a backoff) and
+	// not made available by a claim since; ok is false when there are none.
+	// It may lie in the past: the job is due and the next claim takes it.
 	JobNextRunAt(ctx context.Context, namespace string, queues []string) (next time.Time, ok bool, err error)
 	// JobListRunning returns a namespace's running jobs (for an actor
 	// rebuilding its running counts and leases).
@@ -192,6 +193,10 @@ type JobClaimManyParams struct {
 	// ExcludeTasks are tasks whose cap is already reached; the backend may
 	// leave their jobs out of its scan.
 	ExcludeTasks []string
+	// NoPromote tells the backend that no delayed job of these queues is
+	// due at Now (the caller tracks when the next one is), so it may skip
+	// looking for delayed jobs to make available.
+	NoPromote bool
 	// Allow is asked, in dispatch order (priority desc, run_at, Seq), for
 	// each due candidate and says what to do with it; it must count what it
 	// takes. A job not taken is left untouched (its attempt too). Nil takes

@@ -513,12 +513,14 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 			var mine []*cursor
 			for _, q := range claim.Queues {
 				c, ok := cursors[q]
-				if !ok {
+				if !ok && !p.NoPromote {
 					// Due scheduled jobs become available before the scan.
 					if _, err := tx.ExecContext(ctx, `UPDATE jobs SET status = 0
 						WHERE namespace = ? AND queue = ? AND status = 4 AND run_at <= ?`, p.Namespace, q, now); err != nil {
 						return err
 					}
+				}
+				if !ok {
 					c = &cursor{queue: q}
 					cursors[q] = c
 				}
@@ -767,6 +769,14 @@ func (s *Store) JobNextRunAt(ctx context.Context, namespace string, queues []str
 		next  time.Time
 		found bool
 	)
+	if len(queues) == 0 {
+		var n sql.NullInt64
+		if err := s.r.QueryRowContext(ctx, `SELECT MIN(run_at) FROM jobs INDEXED BY jobs_scheduled_ns
+			WHERE namespace = ? AND status = 4`, namespace).Scan(&n); err != nil {
+			return time.Time{}, false, fmt.Errorf("sqlite: JobNextRunAt: %w", err)
+		}
+		return fromNanos(n), n.Valid, nil
+	}
 	for _, q := range queues {
 		var n sql.NullInt64
 		if err := s.r.QueryRowContext(ctx, `SELECT MIN(run_at) FROM jobs INDEXED BY jobs_scheduled

@@ -214,6 +214,11 @@ func exerciseNextRunAt(t *testing.T, newStore Factory) {
 		if !ok {
 			t.Fatal("JobNextRunAt found nothing, want b's run_at")
 		}
+		all, ok := next(t, s, nsA)
+		if !ok {
+			t.Fatal("JobNextRunAt of every queue found nothing")
+		}
+		wantTime(t, "next run_at of the namespace", all, at(time.Minute))
 		wantTime(t, "next run_at of q1,q2", got, at(2*time.Minute))
 		// Once claimed the job no longer counts.
 		if jobs := claimOnce(t, s, nsA, at(2*time.Minute), 10, "q2"); len(jobs) != 1 || jobs[0].ID != "b" {
