@@ -298,7 +298,6 @@ func (s *Store) tx(ctx context.Context, op string, fn func(tx *wtx, step func() 
 
 func nanos(t time.Time) int64 { return t.UnixNano() }
 
-
 func fromNanos(n sql.NullInt64) time.Time {
 	if !n.Valid {
 		return time.Time{}
