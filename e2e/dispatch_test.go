@@ -172,7 +172,7 @@ func TestNackBackoffDeadAndLeaseLost(t *testing.T) {
 	wantAPIError(t, err, api.CodeNotFound, api.ReasonUnknownJob, "job 'no-such-job' not found")
 
 	// retry:false is dead at once.
-	res = enqueue(t, tn.p, job("q", "t"))
+	enqueue(t, tn.p, job("q", "t"))
 	got = claim(t, tn.w, 1, "q")
 	reply, err = tn.w.Nack(ctx(t), got[0].ID, 0, "fatal", false)
 	if err != nil || reply.Status != api.StatusDead {

@@ -230,7 +230,9 @@ type UpdateKind int
 const (
 	// UpdateComplete: ack → completed, Result kept, finished_at Now.
 	UpdateComplete UpdateKind = iota + 1
-	// UpdateRetry: pending again at RunAt, Error kept, lease cleared.
+	// UpdateRetry: pending again at RunAt, Error kept, lease cleared; it
+	// takes its debounce key back only if no other pending job took it
+	// while it ran (then it keeps none).
 	UpdateRetry
 	// UpdateDead: dead, Error kept, finished_at Now; NoRetry marks retry:false.
 	UpdateDead
@@ -366,6 +368,8 @@ type AuditListParams struct {
 
 // TokenStore holds API tokens, by hash only.
 type TokenStore interface {
+	// TokenCreate stores a token; an id or hash already stored is
+	// ErrConflict.
 	TokenCreate(ctx context.Context, t Token) error
 	// TokenGetByHash returns a live (not revoked) token or ErrNotFound.
 	TokenGetByHash(ctx context.Context, hash []byte) (Token, error)

@@ -623,7 +623,12 @@ func (s *Store) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) 
 				res, err = tx.ExecContext(ctx, `UPDATE jobs SET status = 2, result = ?, finished_at = ?, lease_until = NULL`+cond,
 					nullBytes(u.Result), now, p.Namespace, u.ID, u.Attempt)
 			case store.UpdateRetry:
-				res, err = tx.ExecContext(ctx, `UPDATE jobs SET status = ?, run_at = ?, error = ?, lease_until = NULL, worker = NULL`+cond,
+				// The job takes its debounce key back only if no other
+				// pending job took it while it ran.
+				res, err = tx.ExecContext(ctx, `UPDATE jobs SET status = ?, run_at = ?, error = ?, lease_until = NULL, worker = NULL,
+					debounce_key = CASE WHEN debounce_key IS NOT NULL AND EXISTS (SELECT 1 FROM jobs h
+						WHERE h.namespace = jobs.namespace AND h.debounce_key = jobs.debounce_key AND h.status IN (0, 4))
+						THEN NULL ELSE debounce_key END`+cond,
 					pendingStatus(u.RunAt, p.Now), nanos(u.RunAt), nullString(u.Error), p.Namespace, u.ID, u.Attempt)
 			case store.UpdateDead:
 				noRetry := 0

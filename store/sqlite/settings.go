@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/flexiq/flexiq/store"
@@ -126,6 +127,9 @@ func (s *Store) TokenCreate(ctx context.Context, t store.Token) error {
 	return s.tx(ctx, "TokenCreate", func(tx *wtx, _ func() error) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO tokens (id, hash, namespace, role, created_at) VALUES (?, ?, ?, ?, ?)`,
 			t.ID, t.Hash, t.Namespace, t.Role, nanos(t.CreatedAt))
+		if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
+			return fmt.Errorf("token %q: %w", t.ID, store.ErrConflict)
+		}
 		return err
 	})
 }

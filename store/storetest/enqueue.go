@@ -304,6 +304,25 @@ func exerciseEnqueue(t *testing.T, newStore Factory) {
 		wantCounts(t, s, nsA, store.Counts{Pending: 1, Running: 1})
 	})
 
+	t.Run("DebounceRetryTakesKeyBackOnlyIfFree", func(t *testing.T) {
+		s := newStore(t, nil)
+		r1 := runJob(t, s, nsA, base, with(newJob("a"), func(j *store.NewJob) { j.DebounceKey = "dk" }))
+		// While a runs, b takes the key.
+		wantResult(t, "b", enqueueOne(t, s, nsA, base, with(newJob("b"), func(j *store.NewJob) { j.DebounceKey = "dk" })), "b", api.OutcomeEnqueued)
+		// a's retry must not fail (nor steal the key): it keeps none.
+		if applied := update(t, s, nsA, base, store.JobUpdate{ID: "a", Attempt: r1.Attempt, Kind: store.UpdateRetry, RunAt: at(time.Minute), Error: "x"}); !applied[0] {
+			t.Fatal("retry of a job whose debounce key was taken was not applied")
+		}
+		if got := getJob(t, s, nsA, "a"); got.Status != api.StatusPending || got.DebounceKey != "" {
+			t.Fatalf("retried job: status %s debounce key %q, want pending with no key", got.Status, got.DebounceKey)
+		}
+		wantResult(t, "c coalesces into the holder", enqueueOne(t, s, nsA, base, with(newJob("c"), func(j *store.NewJob) { j.DebounceKey = "dk" })), "b", api.OutcomeCoalesced)
+		// With the key free, a retried job takes it back.
+		r2 := runJob(t, s, nsA, base, with(newJob("d"), func(j *store.NewJob) { j.DebounceKey = "dk2"; j.Queue = "q2" }))
+		update(t, s, nsA, base, store.JobUpdate{ID: "d", Attempt: r2.Attempt, Kind: store.UpdateRetry, RunAt: at(time.Minute), Error: "x"})
+		wantResult(t, "e coalesces into the retried job", enqueueOne(t, s, nsA, base, with(newJob("e"), func(j *store.NewJob) { j.DebounceKey = "dk2" })), "d", api.OutcomeCoalesced)
+	})
+
 	t.Run("DebounceFinishedHolderEnqueuesNew", func(t *testing.T) {
 		s := newStore(t, nil)
 		completeJob(t, s, nsA, at(-time.Minute), with(newJob("done"), func(j *store.NewJob) { j.DebounceKey = "dk-c" }))

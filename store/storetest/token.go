@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"testing"
 	"time"
 
@@ -21,6 +22,22 @@ func exerciseToken(t *testing.T, newStore Factory) {
 	worker := store.Token{ID: "tok-worker", Hash: hash("s2"), Namespace: nsB, Role: "worker", CreatedAt: at(time.Minute)}
 	// A hash with zero bytes and high bytes, to catch text-column handling.
 	binary := store.Token{ID: "tok-bin", Hash: []byte{0, 1, 0xff, 0, 0x80, 'x', 0}, Namespace: nsA, Role: "producer", CreatedAt: at(2 * time.Minute)}
+
+	t.Run("CreateConflict", func(t *testing.T) {
+		s := newStore(t, nil)
+		if err := s.TokenCreate(t.Context(), admin); err != nil {
+			t.Fatal(err)
+		}
+		sameID := worker
+		sameID.ID = admin.ID
+		sameHash := worker
+		sameHash.Hash = admin.Hash
+		for _, tok := range []store.Token{sameID, sameHash} {
+			if err := s.TokenCreate(t.Context(), tok); !errors.Is(err, store.ErrConflict) {
+				t.Errorf("TokenCreate of a repeated id or hash = %v, want ErrConflict", err)
+			}
+		}
+	})
 
 	t.Run("CreateGet", func(t *testing.T) {
 		s := newStore(t, nil)

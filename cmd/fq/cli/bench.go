@@ -1,0 +1,371 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/client"
+)
+
+// Bench defaults.
+const (
+	defaultBenchJobs = 20000
+	// benchStall ends a work phase that claims nothing for this long (a
+	// cap such as max_running 0 in the way).
+	benchStall = 15 * time.Second
+	benchTask  = "bench"
+)
+
+// benchConfig is one bench run.
+type benchConfig struct {
+	queue     string
+	payload   json.RawMessage
+	producers int
+	workers   int
+	batch     int
+	jobs      int
+	duration  time.Duration // enqueue phases run this long instead of jobs
+}
+
+// phaseStats is what one phase measured.
+type phaseStats struct {
+	name     string
+	jobs     int64 // jobs enqueued (accepted) or claimed and acked
+	requests int
+	elapsed  time.Duration
+	lat      []time.Duration // one per request (enqueue) or per job (work)
+}
+
+func (a *app) bench(cmd *command, args []string) error {
+	f := a.newFlags(cmd)
+	jobs := f.PosInt("jobs", defaultBenchJobs, "jobs per phase, default 20000 (all: the work phase works the jobs both enqueue phases wrote)")
+	duration, _ := f.Duration("duration", 0, "run each enqueue phase this long instead of --jobs")
+	producers := f.PosInt("producers", 32, "concurrent producers of the enqueue phases (default 32)")
+	batch := f.PosInt("batch", 100, "jobs per EnqueueMany call in enqueue-batch (default 100)")
+	workers := f.PosInt("workers", 32, "concurrent workers of the work phase, each claiming one job at a time (default 32)")
+	queue := f.String("queue", "", "queue to use (default: a fresh bench-<unix ms>)")
+	payload := f.JSON("payload", `each job's payload (default {"bench":true})`)
+	noDrain := f.Bool("no-drain", "leave the jobs enqueue and enqueue-batch wrote pending")
+	pos, err := f.parse(args, true)
+	if err != nil {
+		return err
+	}
+	mode := "all"
+	if len(pos) > 0 {
+		mode = pos[0]
+	}
+	switch {
+	case len(pos) > 1:
+		return usagef(cmd, "fq bench: unexpected argument %q", pos[1])
+	case mode != "enqueue" && mode != "enqueue-batch" && mode != "work" && mode != "all":
+		return usagef(cmd, "fq bench: unknown mode %q (enqueue, enqueue-batch, work or all)", mode)
+	case f.given("jobs") && f.given("duration"):
+		return usagef(cmd, "fq bench: give --jobs or --duration, not both")
+	case *duration < 0:
+		return usagef(cmd, "%s: must be positive, got %s", written(a.args, "duration"), *duration)
+	case *batch > api.MaxJobsPerCall:
+		return usagef(cmd, "%s: at most %d jobs per call, got %d", written(a.args, "batch"), api.MaxJobsPerCall, *batch)
+	}
+	cfg := benchConfig{
+		queue: *queue, payload: *payload, producers: *producers, workers: *workers,
+		batch: *batch, jobs: *jobs, duration: *duration,
+	}
+	if cfg.queue == "" {
+		cfg.queue = fmt.Sprintf("bench-%d", time.Now().UnixMilli())
+	}
+	if len(cfg.payload) == 0 {
+		cfg.payload = json.RawMessage(`{"bench":true}`)
+	}
+	if err := api.CheckName("queue", cfg.queue); err != nil {
+		return err
+	}
+	c, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	fmt.Fprintf(a.stdout, "bench %s: queue %s, %d producers, batch %d, %d workers\n", mode, cfg.queue, cfg.producers, cfg.batch, cfg.workers)
+	fmt.Fprintf(a.stdout, "%-14s %9s %9s %10s %10s %10s %10s %9s\n", "phase", "jobs", "seconds", "jobs/s", "p50", "p99", "max", "requests")
+	var pending int64 // jobs the enqueue phases left pending
+	if mode == "enqueue" || mode == "all" {
+		st, err := a.enqueuePhase(c, cfg, "enqueue", 1)
+		if err != nil {
+			return err
+		}
+		a.printPhase(st)
+		pending += st.jobs
+	}
+	if mode == "enqueue-batch" || mode == "all" {
+		st, err := a.enqueuePhase(c, cfg, "enqueue-batch", cfg.batch)
+		if err != nil {
+			return err
+		}
+		a.printPhase(st)
+		pending += st.jobs
+	}
+	switch {
+	case mode == "work":
+		start := time.Now()
+		if err := benchFill(a.ctx, c, cfg); err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "(%d jobs enqueued for the work phase in %.2fs)\n", cfg.jobs, time.Since(start).Seconds())
+		pending = int64(cfg.jobs)
+		fallthrough
+	case mode == "all":
+		// The work phase works what is pending: the jobs enqueued above.
+		st, err := a.workPhase(c, cfg, "work", pending, 1, cfg.duration)
+		if err != nil {
+			return err
+		}
+		a.printPhase(st)
+		pending -= st.jobs
+	case !*noDrain && pending > 0:
+		start := time.Now()
+		st, err := a.workPhase(c, cfg, "drain", pending, 100, 0)
+		if err != nil {
+			return err
+		}
+		pending -= st.jobs
+		fmt.Fprintf(a.stdout, "(drained %d jobs in %.2fs; --no-drain keeps them)\n", st.jobs, time.Since(start).Seconds())
+	}
+	if pending > 0 {
+		fmt.Fprintf(a.stdout, "(%d jobs left pending in queue %s: fq work --queue %s drains them)\n", pending, cfg.queue, cfg.queue)
+	}
+	return nil
+}
+
+func (a *app) printPhase(st phaseStats) {
+	sec := st.elapsed.Seconds()
+	rate := 0.0
+	if sec > 0 {
+		rate = float64(st.jobs) / sec
+	}
+	p50, p99, max := percentiles(st.lat)
+	fmt.Fprintf(a.stdout, "%-14s %9d %9.2f %10.0f %10s %10s %10s %9d\n",
+		st.name, st.jobs, sec, rate, latText(p50), latText(p99), latText(max), st.requests)
+}
+
+// percentiles returns p50, p99 and the maximum of lat (nearest rank).
+func percentiles(lat []time.Duration) (p50, p99, max time.Duration) {
+	if len(lat) == 0 {
+		return 0, 0, 0
+	}
+	s := append([]time.Duration(nil), lat...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	rank := func(p float64) time.Duration {
+		i := int(p*float64(len(s))+0.999999999) - 1
+		if i < 0 {
+			i = 0
+		}
+		if i >= len(s) {
+			i = len(s) - 1
+		}
+		return s[i]
+	}
+	return rank(0.50), rank(0.99), s[len(s)-1]
+}
+
+func latText(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+	}
+}
+
+// firstError keeps the first failure of a phase and stops the others.
+type firstError struct {
+	once   sync.Once
+	err    error
+	cancel context.CancelFunc
+}
+
+func (f *firstError) set(err error) {
+	f.once.Do(func() {
+		f.err = err
+		f.cancel()
+	})
+}
+
+// enqueuePhase enqueues from cfg.producers goroutines, batch jobs per call,
+// until cfg.jobs are enqueued or cfg.duration has passed. A refusal ends
+// the phase: a load generator that is refused measures nothing useful.
+func (a *app) enqueuePhase(c *client.Client, cfg benchConfig, name string, batch int) (phaseStats, error) {
+	ctx, cancel := context.WithCancel(a.ctx)
+	defer cancel()
+	fail := &firstError{cancel: cancel}
+	var remaining, accepted atomic.Int64
+	remaining.Store(int64(cfg.jobs))
+	lats := make([][]time.Duration, cfg.producers)
+	job := api.Job{Queue: cfg.queue, Task: benchTask, Payload: cfg.payload}
+	start := time.Now()
+	deadline := start.Add(cfg.duration)
+	var wg sync.WaitGroup
+	for p := 0; p < cfg.producers; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			jobs := make([]api.Job, batch)
+			for i := range jobs {
+				jobs[i] = job
+			}
+			for ctx.Err() == nil {
+				n := batch
+				if cfg.duration > 0 {
+					if !time.Now().Before(deadline) {
+						return
+					}
+				} else {
+					left := remaining.Add(-int64(batch))
+					if left <= -int64(batch) {
+						return
+					}
+					if left < 0 {
+						n = batch + int(left)
+					}
+				}
+				t0 := time.Now()
+				res, err := c.EnqueueMany(ctx, jobs[:n])
+				d := time.Since(t0)
+				if err != nil {
+					if ctx.Err() == nil {
+						fail.set(err)
+					}
+					return
+				}
+				lats[p] = append(lats[p], d)
+				for _, r := range res {
+					if r.Outcome == api.OutcomeEnqueued {
+						accepted.Add(1)
+					}
+				}
+			}
+		}(p)
+	}
+	wg.Wait()
+	st := phaseStats{name: name, jobs: accepted.Load(), elapsed: time.Since(start)}
+	if fail.err != nil {
+		return st, fmt.Errorf("bench %s: %w", name, fail.err)
+	}
+	if err := a.ctx.Err(); err != nil {
+		return st, err
+	}
+	for _, l := range lats {
+		st.lat = append(st.lat, l...)
+	}
+	st.requests = len(st.lat)
+	return st, nil
+}
+
+// benchFill enqueues cfg.jobs jobs for the work phase, untimed.
+func benchFill(ctx context.Context, c *client.Client, cfg benchConfig) error {
+	const chunk = 1000
+	job := api.Job{Queue: cfg.queue, Task: benchTask, Payload: cfg.payload}
+	jobs := make([]api.Job, chunk)
+	for i := range jobs {
+		jobs[i] = job
+	}
+	for left := cfg.jobs; left > 0; left -= chunk {
+		if _, err := c.EnqueueMany(ctx, jobs[:min(chunk, left)]); err != nil {
+			return fmt.Errorf("bench work: enqueue the jobs to work: %w", err)
+		}
+	}
+	return nil
+}
+
+// workPhase claims and acks total jobs of cfg.queue from cfg.workers
+// goroutines, each claiming up to claimMax at a time, for at most limit
+// (0: no limit). Latency is per job: its claim and its ack.
+func (a *app) workPhase(c *client.Client, cfg benchConfig, name string, total int64, claimMax int, limit time.Duration) (phaseStats, error) {
+	ctx, cancel := context.WithCancel(a.ctx)
+	defer cancel()
+	fail := &firstError{cancel: cancel}
+	var done atomic.Int64
+	var lastProgress atomic.Int64
+	lastProgress.Store(time.Now().UnixNano())
+	lats := make([][]time.Duration, cfg.workers)
+	requests := make([]int, cfg.workers)
+	var endOnce sync.Once
+	var end time.Time
+	start := time.Now()
+	// Past the limit, workers finish the job in hand (acked, not left
+	// running until its lease ends) and claim no more.
+	var timeUp atomic.Bool
+	if limit > 0 {
+		timer := time.AfterFunc(limit, func() { timeUp.Store(true) })
+		defer timer.Stop()
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < cfg.workers && total > 0; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			req := api.ClaimRequest{
+				Queues: []string{cfg.queue}, Max: claimMax, WaitMS: 250, LeaseMS: 60000,
+				Worker: fmt.Sprintf("fq-bench-%d", w),
+			}
+			for ctx.Err() == nil && !timeUp.Load() && done.Load() < total {
+				t0 := time.Now()
+				jobs, err := c.Claim(ctx, req)
+				requests[w]++
+				if err != nil {
+					if ctx.Err() == nil {
+						fail.set(fmt.Errorf("claim: %w", err))
+					}
+					return
+				}
+				if len(jobs) == 0 {
+					if time.Since(time.Unix(0, lastProgress.Load())) > benchStall {
+						fail.set(fmt.Errorf("no job of queue %s could be claimed for %s with %d of %d done: is a cap (max_running, max_concurrent) in the way?",
+							cfg.queue, benchStall, done.Load(), total))
+					}
+					continue
+				}
+				claimed := time.Since(t0)
+				for _, j := range jobs {
+					t1 := time.Now()
+					if err := c.Ack(ctx, j.ID, j.Attempt, nil); err != nil {
+						if ctx.Err() == nil {
+							fail.set(fmt.Errorf("ack: %w", err))
+						}
+						return
+					}
+					// The claim's time is shared by the jobs it brought.
+					lats[w] = append(lats[w], claimed/time.Duration(len(jobs))+time.Since(t1))
+				}
+				lastProgress.Store(time.Now().UnixNano())
+				if done.Add(int64(len(jobs))) >= total {
+					endOnce.Do(func() {
+						end = time.Now()
+						cancel() // release the claims still parked
+					})
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	endOnce.Do(func() { end = time.Now() })
+	st := phaseStats{name: name, jobs: done.Load(), elapsed: end.Sub(start)}
+	if fail.err != nil {
+		return st, fmt.Errorf("bench %s: %w", name, fail.err)
+	}
+	if err := a.ctx.Err(); err != nil {
+		return st, err
+	}
+	for w := range lats {
+		st.lat = append(st.lat, lats[w]...)
+		st.requests += requests[w]
+	}
+	return st, nil
+}

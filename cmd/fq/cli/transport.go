@@ -1,0 +1,124 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/client"
+)
+
+// maxReply bounds a reply body read from the admin door.
+const maxReply = 64 << 20
+
+// admin sends one request to the admin door. body is encoded as JSON
+// (unless it is already []byte); a 2xx reply is decoded into out when out
+// is not nil and returned raw. A refusal is the server's *api.Error; a
+// failure to reach the node is an unreachableError.
+func (a *app) admin(method, path string, body, out any) ([]byte, error) {
+	base, err := a.serverURL()
+	if err != nil {
+		return nil, err
+	}
+	token, err := a.resolveToken()
+	if err != nil {
+		return nil, err
+	}
+	var rd io.Reader
+	if body != nil {
+		data, ok := body.([]byte)
+		if !ok {
+			if data, err = api.Marshal(body); err != nil {
+				return nil, fmt.Errorf("encode request: %w", err)
+			}
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(a.ctx, method, base+path, rd)
+	if err != nil {
+		return nil, usageError{msg: fmt.Sprintf("%s: %v", a.source(&a.server), err)}
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := a.httpc.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, unreachableError{msg: fmt.Sprintf("fq: cannot reach the node at %s: %v", base, err)}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxReply))
+	if err != nil {
+		return nil, unreachableError{msg: fmt.Sprintf("fq: lost the connection to %s: %v", base, err)}
+	}
+	if resp.StatusCode/100 != 2 {
+		return nil, replyError(resp, data, base)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return nil, fmt.Errorf("unexpected reply to %s %s: %v", method, path, err)
+		}
+	}
+	return data, nil
+}
+
+// replyError turns a failed reply into the server's error. A reply without
+// FlexiQ's error body comes from something else (a proxy, another server).
+func replyError(resp *http.Response, data []byte, base string) error {
+	var body api.ErrorBody
+	if json.Unmarshal(data, &body) == nil && body.Error != nil && body.Error.Message != "" {
+		return body.Error
+	}
+	snippet := strings.TrimSpace(string(data))
+	if len(snippet) > 200 {
+		snippet = snippet[:200] + "…"
+	}
+	switch resp.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return unreachableError{msg: fmt.Sprintf("fq: cannot reach the node at %s: %s %s", base, resp.Status, snippet)}
+	}
+	return fmt.Errorf("%s answered %s: %s", base, resp.Status, snippet)
+}
+
+// connect opens the NATS client. Extra options are for fq work.
+func (a *app) connect(opts ...nats.Option) (*client.Client, error) {
+	u, err := a.natsURL()
+	if err != nil {
+		return nil, err
+	}
+	token, err := a.resolveToken()
+	if err != nil {
+		return nil, err
+	}
+	opts = append([]nats.Option{nats.Name("fq"), nats.Timeout(5 * time.Second)}, opts...)
+	c, err := client.Connect(u, token, opts...)
+	if err != nil {
+		return nil, unreachableError{msg: fmt.Sprintf("fq: cannot reach the node: %v", err)}
+	}
+	return c, nil
+}
+
+// printRaw prints a reply body as the server sent it, ending in a newline.
+func (a *app) printRaw(data []byte) {
+	data = bytes.TrimRight(data, "\n")
+	a.stdout.Write(data)
+	io.WriteString(a.stdout, "\n")
+}
+
+// pathEscape escapes one path segment.
+func pathEscape(s string) string { return url.PathEscape(s) }
