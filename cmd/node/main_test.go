@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestFlagsAndEnvironmentTwins(t *testing.T) {
+	cfg, err := parse(nil, env(map[string]string{
+		"FLEXIQ_DATA_DIR": "/d", "FLEXIQ_QUOTA_CACHE_TTL": "500ms", "FLEXIQ_MAINTENANCE": "off", "FLEXIQ_CLEANUP_BATCH": "7",
+	}), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DataDir != "/d" || cfg.QuotaCacheTTL != 500*time.Millisecond || cfg.Maintenance || cfg.CleanupBatch != 7 {
+		t.Fatalf("env not applied: %+v", cfg)
+	}
+	// A flag wins over its variable.
+	cfg, err = parse([]string{"--data-dir", "/f", "--archive-ttl", "1h"}, env(map[string]string{"FLEXIQ_DATA_DIR": "/d"}), &bytes.Buffer{})
+	if err != nil || cfg.DataDir != "/f" || cfg.ArchiveTTL != time.Hour {
+		t.Fatalf("flags: %+v %v", cfg, err)
+	}
+	// Defaults of SPEC §1.
+	cfg, _ = parse(nil, env(nil), &bytes.Buffer{})
+	if cfg.DataDir != "./flexiq-data" || cfg.NATSListen != "127.0.0.1:4222" || cfg.AdminAddr != "127.0.0.1:7070" ||
+		!cfg.Maintenance || cfg.ArchiveTTL != 168*time.Hour || cfg.DeadTTL != 720*time.Hour ||
+		cfg.CleanupInterval != 30*time.Second || cfg.CleanupBatch != 1000 || cfg.QuotaCacheTTL != 2*time.Second {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+}
+
+func TestBadValuesExit2NamingTheFlagOrVariable(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		name string
+	}{
+		{[]string{"--archive-ttl", "soon"}, nil, "archive-ttl"},
+		{[]string{"--cleanup-batch", "0"}, nil, "cleanup-batch"},
+		{[]string{"--no-such-flag"}, nil, "no-such-flag"},
+		{nil, map[string]string{"FLEXIQ_DEAD_TTL": "-1h"}, "FLEXIQ_DEAD_TTL"},
+		{nil, map[string]string{"FLEXIQ_MAINTENANCE": "maybe"}, "FLEXIQ_MAINTENANCE"},
+		{nil, map[string]string{"FLEXIQ_CLEANUP_BATCH": "many"}, "FLEXIQ_CLEANUP_BATCH"},
+	} {
+		var out, errb bytes.Buffer
+		code := realMain(tc.args, env(tc.env), &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), tc.name) {
+			t.Errorf("%v %v: exit %d, stderr %q; want 2 naming %s", tc.args, tc.env, code, errb.String(), tc.name)
+		}
+	}
+}
+
+func TestUnreachableStoreExits1(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := realMain([]string{"--data-dir", t.TempDir(), "--store", "postgres://nobody@127.0.0.1:1/x?connect_timeout=1",
+		"--nats-listen", "127.0.0.1:-1", "--admin-addr", "127.0.0.1:0"}, env(nil), &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "store") {
+		t.Fatalf("exit %d, stderr %q; want 1 with a clear message", code, errb.String())
+	}
+	code = realMain([]string{"--data-dir", t.TempDir(), "--nats-url", "nats://127.0.0.1:1", "--admin-addr", "127.0.0.1:0"}, env(nil), &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "NATS") {
+		t.Fatalf("exit %d, stderr %q; want 1 naming NATS", code, errb.String())
+	}
+}
