@@ -10,7 +10,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -37,7 +36,7 @@ func start(t testing.TB, opts ...option) *env {
 	dir := t.TempDir()
 	cfg := node.Defaults()
 	cfg.DataDir = dir
-	cfg.Store = "sqlite://" + filepath.Join(dir, "flexiq.db")
+	cfg.Store = storeURLFor(t, dir)
 	cfg.NATSListen = "127.0.0.1:-1"
 	cfg.AdminAddr = "127.0.0.1:0"
 	cfg.NodeID = "test"

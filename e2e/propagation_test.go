@@ -38,24 +38,26 @@ func startPeer(t testing.TB, e *env) *node.Node {
 // A quota written on one node reaches another node's cache through the
 // fq.v1.quota.changed broadcast, long before its TTL.
 func TestQuotaChangeReachesAnotherNode(t *testing.T) {
-	e := start(t, func(c *nodeConfig) { c.QuotaCacheTTL = time.Hour })
-	peer := startPeer(t, e)
-	tn := e.tenant("acme")
-	if snap := peer.Cache.Get(context.Background(), "acme", time.Now()); snap.Revision != 0 {
-		t.Fatalf("peer starts at revision %d", snap.Revision)
-	}
-	e.setQuota(tn.admin, `{"max_pending":7}`)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		snap := peer.Cache.Get(context.Background(), "acme", time.Now())
-		if snap.Revision == 1 && snap.Quota.MaxPending != nil && *snap.Quota.MaxPending == 7 {
-			break
+	eachBackend(t, func(t *testing.T) {
+		e := start(t, func(c *nodeConfig) { c.QuotaCacheTTL = time.Hour })
+		peer := startPeer(t, e)
+		tn := e.tenant("acme")
+		if snap := peer.Cache.Get(context.Background(), "acme", time.Now()); snap.Revision != 0 {
+			t.Fatalf("peer starts at revision %d", snap.Revision)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("peer still at revision %d after 5 s: the broadcast did not arrive", snap.Revision)
+		e.setQuota(tn.admin, `{"max_pending":7}`)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			snap := peer.Cache.Get(context.Background(), "acme", time.Now())
+			if snap.Revision == 1 && snap.Quota.MaxPending != nil && *snap.Quota.MaxPending == 7 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("peer still at revision %d after 5 s: the broadcast did not arrive", snap.Revision)
+			}
+			waitFor(time.Millisecond)
 		}
-		waitFor(time.Millisecond)
-	}
+	})
 }
 
 // BenchmarkQuotaPropagation measures, across two nodes, the time from the

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/flexiq/flexiq/store"
+	"github.com/flexiq/flexiq/store/postgres"
+	"github.com/flexiq/flexiq/store/redis"
 	"github.com/flexiq/flexiq/store/sqlite"
 )
 
@@ -16,6 +18,7 @@ import (
 //
 // sqlite://<path> takes a relative or absolute path (sqlite:///var/lib/x.db
 // is absolute) and the option ?synchronous=FULL (default NORMAL).
+// postgres:// and redis:// URLs go to pgx and go-redis as they are.
 func Open(ctx context.Context, rawURL string) (store.Store, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
@@ -38,6 +41,10 @@ func Open(ctx context.Context, rawURL string) (store.Store, error) {
 			}
 		}
 		return sqlite.Open(ctx, path, opt)
+	case "postgres", "postgresql":
+		return postgres.Open(ctx, rawURL, postgres.Options{})
+	case "redis", "rediss":
+		return redis.Open(ctx, rawURL, redis.Options{})
 	default:
 		return nil, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite, postgres or redis)", rawURL, scheme)
 	}

@@ -1,0 +1,185 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/client"
+)
+
+// fqNode builds the node binary once per test binary.
+var fqNode = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "fq-node-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "fq-node")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/flexiq/flexiq/cmd/node").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// proc is a node running as its own process.
+type proc struct {
+	t                     *testing.T
+	bin, dir, storeURL    string
+	natsAddr, admin, root string
+	cmd                   *exec.Cmd
+}
+
+func (p *proc) start() {
+	p.t.Helper()
+	p.cmd = exec.Command(p.bin, "--data-dir", p.dir, "--store", p.storeURL, "--nats-listen", p.natsAddr,
+		"--admin-addr", p.admin, "--root-token", p.root, "--node-id", "crash")
+	p.cmd.Env = append(os.Environ(), "FLEXIQ_MAINTENANCE=off")
+	logf, err := os.OpenFile(filepath.Join(p.dir, "node.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + p.admin + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(p.dir, "node.log"))
+			p.t.Fatalf("node did not become healthy: %v\n%s", err, log)
+		}
+		waitFor(20 * time.Millisecond)
+	}
+}
+
+func (p *proc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	_ = p.cmd.Wait()
+}
+
+// After a SIGKILL in the middle of a stream of enqueues with client-chosen
+// ids and retries, every acknowledged enqueue exists, exactly once, and
+// nothing else does.
+func TestCrashLosesNoAcknowledgedEnqueue(t *testing.T) {
+	eachBackend(t, func(t *testing.T) {
+		bin, err := fqNode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		p := &proc{t: t, bin: bin, dir: dir, storeURL: storeURLFor(t, dir), natsAddr: freeAddr(t), admin: freeAddr(t), root: "fq_root_crash_test"}
+		p.start()
+		defer p.kill()
+
+		c, err := client.Connect("nats://"+p.natsAddr, p.root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Timeout = 2 * time.Second
+
+		const producers, perProducer = 8, 150
+		var (
+			acked   sync.Map // id → outcome
+			nAcked  atomic.Int64
+			wg      sync.WaitGroup
+			crashed = make(chan struct{})
+		)
+		for pr := 0; pr < producers; pr++ {
+			wg.Add(1)
+			go func(pr int) {
+				defer wg.Done()
+				for i := 0; i < perProducer; i++ {
+					j := api.Job{ID: fmt.Sprintf("p%d-%04d", pr, i), Queue: "q", Task: "t"}
+					// Retry the same id until the node answers: a
+					// retry after a crash may find the first attempt
+					// landed (deduplicated) or not (enqueued).
+					for attempt := 0; ; attempt++ {
+						r, err := c.Enqueue(context.Background(), j)
+						if err == nil {
+							acked.Store(j.ID, r.Outcome)
+							nAcked.Add(1)
+							break
+						}
+						var ae *api.Error
+						if errors.As(err, &ae) && ae.Code != api.CodeUnavailable {
+							t.Errorf("enqueue %s: %v", j.ID, err)
+							return
+						}
+						if attempt > 200 {
+							t.Errorf("enqueue %s: node never came back: %v", j.ID, err)
+							return
+						}
+						select {
+						case <-crashed:
+						default:
+						}
+						waitFor(50 * time.Millisecond)
+					}
+				}
+			}(pr)
+		}
+		for nAcked.Load() < producers*perProducer/3 {
+			waitFor(5 * time.Millisecond)
+		}
+		p.kill()
+		close(crashed)
+		p.start()
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+
+		// Every id was acknowledged and exists once; no other job exists.
+		var u usageReply
+		status, body := httpGet(t, "http://"+p.admin+"/v1/usage", p.root)
+		if status != 200 {
+			t.Fatalf("usage: %d %s", status, body)
+		}
+		decode(t, body, &u)
+		if u.Usage.Pending != producers*perProducer {
+			t.Fatalf("pending after the crash = %d, want exactly %d (one per acknowledged id)", u.Usage.Pending, producers*perProducer)
+		}
+		dedup := 0
+		acked.Range(func(k, v any) bool {
+			if v.(api.Outcome) == api.OutcomeDeduplicated {
+				dedup++ // a retry whose first try had landed before the kill
+			}
+			st, b := httpGet(t, "http://"+p.admin+"/v1/jobs/"+k.(string), p.root)
+			if st != 200 {
+				t.Errorf("acknowledged job %s missing after the crash: %d %s", k, st, b)
+			}
+			return true
+		})
+		t.Logf("%d enqueues acknowledged, %d of them on retry after the crash found landed", producers*perProducer, dedup)
+	})
+}

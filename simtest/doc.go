@@ -1,0 +1,31 @@
+// Package simtest is FlexiQ's deterministic simulator.
+//
+// One seed drives a whole small cluster: a simulated clock, a simulated bus
+// (delivery delays, reordering, lost replies and lost fq.v1.quota.changed
+// broadcasts), the real SQLite store behind a fault-injecting layer, and the
+// real namespace actors (actors.Actor stepped synchronously with Step),
+// admission, dispatch and cachebust code. Producers, workers, an admin who
+// changes quotas (corrupt documents included) and node restarts act at
+// random moments drawn from the seed. Nothing reads the wall clock or global
+// randomness, so a seed replays byte for byte.
+//
+// After every actor step the simulator checks SPEC §3–§5 against a model it
+// keeps of every job (invariants named by the Inv… constants). The model is
+// fed by what the store committed (a recording layer right above SQLite) and
+// checked against what the actors answered their clients.
+//
+// The layers around the store, from the actor down:
+//
+//	actor → [Config.WrapStore] → faultStore → recStore → SQLite
+//
+// faultStore fails a write before it reaches the store, fails it after it
+// committed (the caller sees an error for a write that happened), fails it
+// part-way through the transaction (sqlite.Options.Faults), slows it down
+// (the simulated clock jumps) or fails a read. recStore sees exactly what
+// committed and keeps the model.
+//
+// Tests: TestSeeds runs many seeds (-seeds, -seed, -seedbase, -simlen),
+// TestDeterminism runs a seed twice and compares the traces, the mutation
+// tests break one rule each and expect the simulator to report it, and
+// TestScripts runs the readable scenarios of testdata/*.txt.
+package simtest

@@ -1,0 +1,86 @@
+package postgres
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexiq/flexiq/internal/testserver"
+	"github.com/flexiq/flexiq/store"
+)
+
+// TestGenericPlans checks the plans the hot statements get once pgx's
+// cached statements go generic, from statistics that no longer fit: taken
+// while one queue held every job, none running, scheduled or dead. Each
+// must walk its indexes (no sequential or bitmap scan, no sort, no hash
+// join over a whole partial index), or a claim or an ack would read a
+// whole queue once the statistics are stale.
+func TestGenericPlans(t *testing.T) {
+	ctx := t.Context()
+	s, err := Open(ctx, testserver.Postgres(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for done := 0; done < 20000; done += 1000 {
+		jobs := make([]store.NewJob, 1000)
+		for k := range jobs {
+			jobs[k] = store.NewJob{ID: fmt.Sprintf("j%05d", done+k), Generated: true, Queue: "q", Task: "t", RunAt: now}
+		}
+		if _, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: "ns", Now: now, Calls: []store.EnqueueCall{{Jobs: jobs}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, q := range []string{`ANALYZE jobs`, `SET plan_cache_mode = force_generic_plan`} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer conn.Exec(ctx, `RESET plan_cache_mode`)
+	for i, c := range []struct{ name, sql, args string }{
+		{"promote", promoteSQL, `'ns', '{q}', 5`},
+		{"fetch", fetchSQL, `'ns', 'q', 1, 1, 1, '{}', 5`},
+		{"claim", claimSQL, `'{1}', '{1}', '{w}'`},
+		{"complete", completeSQL, `'ns', '{a}', '{1}', '{NULL}', 1`},
+		{"retry", retrySQL, `'ns', '{a}', '{1}', '{0}', '{1}', '{e}'`},
+		{"dead", deadSQL, `'ns', '{a}', '{1}', '{e}', '{t}', 1`},
+		{"extend", extendSQL, `'ns', '{a}', '{1}', '{1}'`},
+		{"insert keyed", insertKeyedSQL, `'ns', 'x', 'q', 't', NULL, 0, 1, 0, 0, 'uk', 'dk', 1`},
+		{"replay", replaySQL, `'ns', 'x', 1, 0`},
+		{"replay shed", replayShedSQL, `'ns', 'x', 'e', NULL`},
+		{"count", countSQL, `'ns'`},
+	} {
+		name := fmt.Sprintf("plan_test_%d", i)
+		if _, err := conn.Conn().Prepare(ctx, name, c.sql); err != nil {
+			t.Fatalf("%s: prepare: %v", c.name, err)
+		}
+		rows, err := conn.Query(ctx, fmt.Sprintf("EXPLAIN EXECUTE %s(%s)", name, c.args))
+		if err != nil {
+			t.Fatalf("%s: explain: %v", c.name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("%s: explain: %v", c.name, err)
+		}
+		text := strings.Join(plan, "\n")
+		for _, bad := range []string{"Seq Scan", "Bitmap", "Sort", "Hash Join"} {
+			if strings.Contains(text, bad) {
+				t.Errorf("%s: generic plan has a %s:\n%s", c.name, bad, text)
+			}
+		}
+	}
+}

@@ -1,0 +1,246 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/internal/testserver"
+	"github.com/flexiq/flexiq/store"
+	"github.com/flexiq/flexiq/store/postgres"
+	"github.com/flexiq/flexiq/store/storetest"
+)
+
+func TestMain(m *testing.M) { testserver.Main(m) }
+
+// open opens a store on a fresh database and closes it when t ends.
+func open(t testing.TB, url string, opt postgres.Options) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), url, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Exercise(t, func(t testing.TB, faults store.Faults) store.Store {
+		return open(t, testserver.Postgres(t), postgres.Options{Faults: faults})
+	})
+}
+
+// TestConformanceSchemas runs the suite with every store in a schema of
+// its own, all in one database.
+func TestConformanceSchemas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the suite once more, in schemas")
+	}
+	url := testserver.Postgres(t)
+	var n atomic.Int64
+	storetest.Exercise(t, func(t testing.TB, faults store.Faults) store.Store {
+		return openSchema(t, url, fmt.Sprintf("flexiq_%d", n.Add(1)), faults)
+	})
+}
+
+// openSchema opens a store in schema of the database at url, and drops
+// the schema after closing the store when t ends. (The database may itself
+// be a schema of a shared one: testserver's fallback.)
+func openSchema(t testing.TB, url, schema string, faults store.Faults) *postgres.Store {
+	t.Helper()
+	// Registered first, so it runs after the store's Close.
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), url)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	return open(t, url, postgres.Options{Faults: faults, Schema: schema})
+}
+
+// TestOpenConcurrently starts several stores on one fresh database at once:
+// the migration lock lets exactly one of them create the tables, and every
+// one of them works.
+func TestOpenConcurrently(t *testing.T) {
+	url := testserver.Postgres(t)
+	const n = 6
+	stores := make([]*postgres.Store, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			stores[i], errs[i] = postgres.Open(t.Context(), url, postgres.Options{})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Open %d: %v", i, err)
+		}
+		t.Cleanup(func() { stores[i].Close() })
+	}
+	for i, s := range stores {
+		if _, err := s.JobCount(t.Context(), "ns"); err != nil {
+			t.Errorf("store %d: JobCount: %v", i, err)
+		}
+	}
+	// Opening again applies nothing and succeeds.
+	open(t, url, postgres.Options{})
+}
+
+// TestSchemasIsolate opens two stores in two schemas of one database: each
+// sees only its own jobs.
+func TestSchemasIsolate(t *testing.T) {
+	url := testserver.Postgres(t)
+	a := openSchema(t, url, fmt.Sprintf("tenant a %d", os.Getpid()), nil)
+	b := openSchema(t, url, fmt.Sprintf("tenant_b_%d", os.Getpid()), nil)
+	if _, err := a.JobEnqueueMany(t.Context(), store.JobEnqueueManyParams{Namespace: "ns", Calls: []store.EnqueueCall{
+		{Jobs: []store.NewJob{{ID: "j", Queue: "q", Task: "t"}}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := a.JobCount(t.Context(), "ns"); err != nil || c.Pending != 1 {
+		t.Errorf("schema a: counts %+v, %v; want 1 pending", c, err)
+	}
+	if c, err := b.JobCount(t.Context(), "ns"); err != nil || c.Pending != 0 {
+		t.Errorf("schema b: counts %+v, %v; want none", c, err)
+	}
+}
+
+// TestConcurrentNodes has two stores on one database (two nodes, while an
+// actor moves) race, round after round, to enqueue jobs with one unique
+// key and one debounce key, and to write one setting: each key goes to
+// exactly one job (the others deduplicated or coalesced into it), and
+// every setting write gets a revision of its own.
+func TestConcurrentNodes(t *testing.T) {
+	url := testserver.Postgres(t)
+	nodes := []*postgres.Store{open(t, url, postgres.Options{}), open(t, url, postgres.Options{})}
+	const perNode, rounds = 6, 5
+	type result struct {
+		res []api.EnqueueResult
+		rev int64
+		err error
+	}
+	revs := map[int64]bool{}
+	for round := range rounds {
+		results := make(chan result, 2*perNode)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for n, s := range nodes {
+			for i := range perNode {
+				wg.Go(func() {
+					<-start
+					id := fmt.Sprintf("r%d-n%d-%d", round, n, i)
+					res, err := s.JobEnqueueMany(t.Context(), store.JobEnqueueManyParams{Namespace: "ns", Calls: []store.EnqueueCall{{Jobs: []store.NewJob{
+						{ID: id + "-u", Queue: "q", Task: "t", UniqueKey: fmt.Sprintf("uk%d", round)},
+						{ID: id + "-d", Queue: "q", Task: "t", DebounceKey: fmt.Sprintf("dk%d", round), Payload: []byte(`"` + id + `"`)},
+					}}}})
+					if err != nil {
+						results <- result{err: err}
+						return
+					}
+					st, err := s.SettingPut(t.Context(), store.SettingPutParams{Key: "k", Value: []byte(`"` + id + `"`),
+						Audit: &store.AuditRecord{Actor: id, Action: "set", Namespace: "ns"}})
+					results <- result{res: res[0], rev: st.Revision, err: err}
+				})
+			}
+		}
+		close(start)
+		wg.Wait()
+		close(results)
+		outcomes := map[string]int{}
+		holders := map[string]bool{}
+		for r := range results {
+			if r.err != nil {
+				t.Fatalf("round %d: concurrent write: %v", round, r.err)
+			}
+			outcomes["u "+string(r.res[0].Outcome)]++
+			outcomes["d "+string(r.res[1].Outcome)]++
+			holders["u "+r.res[0].ID] = true
+			holders["d "+r.res[1].ID] = true
+			revs[r.rev] = true
+		}
+		want := map[string]int{"u enqueued": 1, "u deduplicated": 2*perNode - 1, "d enqueued": 1, "d coalesced": 2*perNode - 1}
+		if fmt.Sprint(outcomes) != fmt.Sprint(want) {
+			t.Errorf("round %d: outcomes %v, want %v", round, outcomes, want)
+		}
+		if len(holders) != 2 {
+			t.Errorf("round %d: keys held by %v, want one job per key", round, holders)
+		}
+	}
+	if n := 2 * perNode * rounds; len(revs) != n || !revs[int64(n)] {
+		t.Errorf("setting revisions %v, want 1..%d once each", revs, n)
+	}
+	if c, err := nodes[0].JobCount(t.Context(), "ns"); err != nil || c.Pending != 2*rounds {
+		t.Errorf("counts %+v, %v; want %d pending", c, err, 2*rounds)
+	}
+	if e, err := nodes[1].AuditList(t.Context(), store.AuditListParams{Namespace: "ns", Limit: 1000}); err != nil || len(e) != 2*perNode*rounds {
+		t.Errorf("audit: %d entries, %v; want %d", len(e), err, 2*perNode*rounds)
+	}
+}
+
+// TestCancelledWrite ends writes' contexts at all points of their run: a
+// write that fails left nothing behind, one that succeeds landed whole,
+// and the store (its connections) works on.
+func TestCancelledWrite(t *testing.T) {
+	s := open(t, testserver.Postgres(t), postgres.Options{})
+	landed := 0
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Duration(i)*100*time.Microsecond)
+		jobs := make([]store.NewJob, 200)
+		for k := range jobs {
+			jobs[k] = store.NewJob{ID: fmt.Sprintf("c%d-%d", i, k), Queue: "q", Task: "t", UniqueKey: fmt.Sprintf("u%d-%d", i, k)}
+		}
+		if _, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: "ns", Calls: []store.EnqueueCall{{Jobs: jobs}}}); err == nil {
+			landed++
+		}
+		cancel()
+	}
+	c, err := s.JobCount(t.Context(), "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Pending != int64(200*landed) {
+		t.Fatalf("%d jobs stored, want %d: the enqueues that succeeded, whole", c.Pending, 200*landed)
+	}
+
+	// Claims run two round trips: a deadline may end one between them.
+	handed, failed := 0, 0
+	for i := range 40 {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Duration(i)*50*time.Microsecond)
+		res, err := s.JobClaimMany(ctx, store.JobClaimManyParams{Namespace: "ns", Claims: []store.ClaimSpec{
+			{Queues: []string{"q"}, Max: 20, Worker: "w"},
+		}})
+		cancel()
+		if err != nil {
+			failed++
+			continue
+		}
+		handed += len(res[0])
+	}
+	t.Logf("%d of 20 enqueues landed, %d of 40 claims failed", landed, failed)
+	if c, err = s.JobCount(t.Context(), "ns"); err != nil {
+		t.Fatal(err)
+	}
+	if c.Running != int64(handed) || c.Pending+c.Running != int64(200*landed) {
+		t.Errorf("counts %+v after claims that handed out %d jobs, want that many running", c, handed)
+	}
+	res, err := s.JobEnqueueMany(t.Context(), store.JobEnqueueManyParams{Namespace: "ns", Calls: []store.EnqueueCall{
+		{Jobs: []store.NewJob{{ID: "after", Queue: "q", Task: "t", UniqueKey: "after"}}},
+	}})
+	if err != nil || res[0][0].Outcome != api.OutcomeEnqueued {
+		t.Fatalf("enqueue after cancelled writes: %v, %v", res, err)
+	}
+}

@@ -1,0 +1,615 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"strconv"
+	"time"
+
+	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/store"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+var statuses = []api.Status{api.StatusPending, api.StatusRunning, api.StatusCompleted, api.StatusDead}
+
+// ---------------------------------------------------------------------------
+// Enqueue
+
+// maxTaskLen is the longest task name a dispatch-order member can carry
+// (its length is 4 hex digits); the API allows 128 bytes.
+const maxTaskLen = 0xffff
+
+// JobEnqueueMany writes a group of calls in one script.
+func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
+	const op = "JobEnqueueMany"
+	out := make([][]api.EnqueueResult, len(p.Calls))
+	n := 0
+	for i, c := range p.Calls {
+		if len(c.ReplayIDs) > 0 {
+			out[i] = make([]api.EnqueueResult, len(c.ReplayIDs))
+		} else {
+			out[i] = make([]api.EnqueueResult, len(c.Jobs))
+		}
+		n += len(out[i])
+	}
+	now, nowUs := nsStr(p.Now), usStr(p.Now)
+	args := make([]any, 0, 5+n*enqueueNF)
+	args = append(args, enc(p.Namespace), p.Namespace, now, nowUs, runAtKey(p.Now))
+	for _, c := range p.Calls {
+		if len(c.ReplayIDs) > 0 {
+			kind, extra := "R", flag(c.AutoRetry)
+			if c.ShedError != "" {
+				kind, extra = "X", c.ShedError
+			}
+			for _, id := range c.ReplayIDs {
+				args = append(args, kind, id, "", "", "", "", "", "", "", "", "", "", "", "", extra)
+			}
+			continue
+		}
+		kind := "J"
+		if c.ShedError != "" {
+			kind = "S"
+		}
+		for i := range c.Jobs {
+			j := &c.Jobs[i]
+			if len(j.Task) > maxTaskLen {
+				return nil, wrap(op, fmt.Errorf("job %q: task name of %d bytes, over %d", j.ID, len(j.Task), maxTaskLen))
+			}
+			var payload any = ""
+			hasPayload := j.Payload != nil
+			if hasPayload {
+				payload = j.Payload
+			}
+			due := !j.RunAt.After(p.Now)
+			args = append(args, kind, j.ID, j.Queue, j.Task, flag(hasPayload), payload,
+				strconv.FormatInt(j.Priority, 10), nsStr(j.RunAt), strconv.FormatInt(j.MaxAttempts, 10),
+				j.UniqueKey, j.DebounceKey, flag(due), usStr(j.RunAt), orderPrefix(j.Priority, j.RunAt), c.ShedError)
+		}
+	}
+	if err := s.fault(op, 1); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return out, nil
+	}
+	v, err := s.run(ctx, scriptEnqueue, args...)
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	a, err := toSlice(v)
+	if err != nil || len(a) != 2*n {
+		return nil, wrap(op, fmt.Errorf("reply of %d items for %d jobs: %v", len(a)/2, n, err))
+	}
+	k := 0
+	for i := range out {
+		for x := range out[i] {
+			outcome, err1 := toString(a[k])
+			id, err2 := toString(a[k+1])
+			if err := errors.Join(err1, err2); err != nil {
+				return nil, wrap(op, err)
+			}
+			out[i][x] = api.EnqueueResult{ID: id, Outcome: api.Outcome(outcome)}
+			k += 2
+		}
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------------------------
+// Claim
+
+const (
+	// promoteChunk bounds the scheduled jobs one script makes available.
+	promoteChunk = 1000
+	// maxClaimAttempts bounds the re-plans of a claim group that keeps
+	// meeting concurrent claimers.
+	maxClaimAttempts = 100
+)
+
+// cursor walks one queue's available jobs in dispatch order, a page at a
+// time.
+type cursor struct {
+	queue string
+	page  []member
+	pos   int
+	last  string // the last member read: the next page starts after it
+	done  bool
+}
+
+// claimState is what a claim group has learnt from Allow; it outlives a
+// re-plan so that Allow is not asked twice about a job it took.
+type claimState struct {
+	skipTask  map[string]bool
+	skipQueue map[string]bool
+	taken     map[string]bool // ids Allow took
+	stopped   bool
+}
+
+// claimPlan is one attempt's choice: the jobs each claim takes.
+type claimPlan struct {
+	chosen [][]claimed
+	n      int
+}
+
+type claimed struct {
+	queue string
+	m     member
+}
+
+// JobClaimMany hands out due jobs for each claim, the group in one script.
+func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
+	const op = "JobClaimMany"
+	mu := &s.claimMu[maphash.String(s.claimSeed, p.Namespace)%uint64(len(s.claimMu))]
+	mu.Lock()
+	defer mu.Unlock()
+
+	st := &claimState{skipTask: map[string]bool{}, skipQueue: map[string]bool{}, taken: map[string]bool{}}
+	for _, t := range p.ExcludeTasks {
+		st.skipTask[t] = true
+	}
+	var queues []string
+	seen := map[string]bool{}
+	total := 0
+	for _, c := range p.Claims {
+		total += max(c.Max, 0)
+		for _, q := range c.Queues {
+			if !seen[q] {
+				seen[q] = true
+				queues = append(queues, q)
+			}
+		}
+	}
+	step := 0
+	fault := func() error { step++; return s.fault(op, step) }
+	E := enc(p.Namespace)
+	page := min(2*total+16, 1000)
+	for attempt := 0; attempt < maxClaimAttempts; attempt++ {
+		var cursors map[string]*cursor
+		if len(queues) > 0 {
+			var err error
+			if cursors, err = s.claimHeads(ctx, E, p.Now, queues, page, !p.NoPromote); err != nil {
+				return nil, wrap(op, err)
+			}
+		}
+		if err := fault(); err != nil {
+			return nil, err
+		}
+		st.stopped = false // Allow says so again if it still holds
+		plan, err := s.planClaim(ctx, E, p, st, cursors, page)
+		if err != nil {
+			return nil, wrap(op, err)
+		}
+		out := make([][]store.Job, len(p.Claims))
+		if plan.n == 0 {
+			return out, nil
+		}
+		if err := fault(); err != nil {
+			return nil, err
+		}
+		args := make([]any, 0, 2+4*len(p.Claims)+3*plan.n)
+		args = append(args, E, strconv.Itoa(len(p.Claims)))
+		for i, c := range p.Claims {
+			args = append(args, strconv.Itoa(len(plan.chosen[i])), nsStr(c.LeaseUntil), usStr(c.LeaseUntil), c.Worker)
+		}
+		for _, cs := range plan.chosen {
+			for _, c := range cs {
+				args = append(args, c.m.id, c.queue, c.m.raw)
+			}
+		}
+		v, err := s.run(ctx, scriptClaim, args...)
+		if err != nil {
+			return nil, wrap(op, err)
+		}
+		a, err := toSlice(v)
+		if err != nil || len(a) == 0 {
+			return nil, wrap(op, fmt.Errorf("bad reply: %v", err))
+		}
+		if head, _ := toString(a[0]); head == "conflict" {
+			continue // plan again: a job was taken or moved meanwhile
+		}
+		if len(a) != 1+plan.n {
+			return nil, wrap(op, fmt.Errorf("claimed %d jobs of %d", len(a)-1, plan.n))
+		}
+		jobs, err := jobsFrom(a[1:])
+		if err != nil {
+			return nil, wrap(op, err)
+		}
+		for i, cs := range plan.chosen {
+			if len(cs) > 0 {
+				out[i], jobs = jobs[:len(cs):len(cs)], jobs[len(cs):]
+			}
+		}
+		return out, nil
+	}
+	return nil, wrap(op, fmt.Errorf("gave up after %d attempts: the queues keep changing under the claim", maxClaimAttempts))
+}
+
+// claimHeads makes the queues' due scheduled jobs available (when
+// promote) and returns a cursor on each queue holding its first page.
+func (s *Store) claimHeads(ctx context.Context, E string, now time.Time, queues []string, page int, promote bool) (map[string]*cursor, error) {
+	chunk := 0
+	if promote {
+		chunk = promoteChunk
+	}
+	args := make([]any, 0, 4+len(queues))
+	args = append(args, E, usStr(now), strconv.Itoa(chunk), strconv.Itoa(page))
+	for _, q := range queues {
+		args = append(args, q)
+	}
+	for {
+		v, err := s.run(ctx, scriptPromote, args...)
+		if err != nil {
+			return nil, err
+		}
+		a, err := toSlice(v)
+		if err != nil || len(a) != 1+len(queues) {
+			return nil, fmt.Errorf("bad promote reply: %v", err)
+		}
+		if more, _ := toInt(a[0]); more != 0 {
+			continue
+		}
+		cursors := make(map[string]*cursor, len(queues))
+		for i, q := range queues {
+			c := &cursor{queue: q}
+			if err := c.fill(a[1+i], page); err != nil {
+				return nil, err
+			}
+			cursors[q] = c
+		}
+		return cursors, nil
+	}
+}
+
+// fill makes a page read from Redis the cursor's page.
+func (c *cursor) fill(v any, page int) error {
+	a, err := toSlice(v)
+	if err != nil {
+		return err
+	}
+	c.page, c.pos = c.page[:0], 0
+	for _, x := range a {
+		raw, err := toString(x)
+		if err != nil {
+			return err
+		}
+		m, err := parseMember(raw)
+		if err != nil {
+			return err
+		}
+		c.page = append(c.page, m)
+	}
+	c.done = len(c.page) < page
+	if len(c.page) > 0 {
+		c.last = c.page[len(c.page)-1].raw
+	}
+	return nil
+}
+
+// head returns the cursor's next job not of a skipped task, reading the
+// next page when it needs to; nil at the end of the queue.
+func (s *Store) head(ctx context.Context, E string, c *cursor, skipTask map[string]bool, page int) (*member, error) {
+	for {
+		for c.pos < len(c.page) && skipTask[c.page[c.pos].task] {
+			c.pos++
+		}
+		if c.pos < len(c.page) {
+			return &c.page[c.pos], nil
+		}
+		if c.done {
+			return nil, nil
+		}
+		v, err := s.c.Do(ctx, "ZRANGE", s.p+"av:"+E+":"+enc(c.queue), "("+c.last, "+", "BYLEX", "LIMIT", 0, page).Result()
+		if err != nil {
+			return nil, err
+		}
+		if err := c.fill(v, page); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// planClaim walks the claims' queues in dispatch order asking Allow, as
+// the SQLite backend does, and returns the jobs each claim takes.
+func (s *Store) planClaim(ctx context.Context, E string, p store.JobClaimManyParams, st *claimState, cursors map[string]*cursor, page int) (claimPlan, error) {
+	plan := claimPlan{chosen: make([][]claimed, len(p.Claims))}
+	for ci, claim := range p.Claims {
+		if st.stopped {
+			break
+		}
+		var mine []*cursor
+		for _, q := range claim.Queues {
+			c := cursors[q]
+			dup := false
+			for _, x := range mine {
+				dup = dup || x == c
+			}
+			if c != nil && !dup {
+				mine = append(mine, c)
+			}
+		}
+		for len(plan.chosen[ci]) < claim.Max && !st.stopped {
+			var (
+				best *cursor
+				bm   *member
+			)
+			for _, c := range mine {
+				if st.skipQueue[c.queue] {
+					continue
+				}
+				m, err := s.head(ctx, E, c, st.skipTask, page)
+				if err != nil {
+					return plan, err
+				}
+				if m != nil && (bm == nil || m.raw < bm.raw) {
+					best, bm = c, m
+				}
+			}
+			if best == nil {
+				break
+			}
+			best.pos++
+			if !st.taken[bm.id] {
+				verdict := store.ClaimTake
+				if p.Allow != nil {
+					verdict = p.Allow(best.queue, bm.task)
+				}
+				switch verdict {
+				case store.ClaimSkipTask:
+					st.skipTask[bm.task] = true
+					continue
+				case store.ClaimSkipQueue:
+					st.skipQueue[best.queue] = true
+					continue
+				case store.ClaimStop:
+					st.stopped = true
+					continue
+				}
+				st.taken[bm.id] = true
+			}
+			plan.chosen[ci] = append(plan.chosen[ci], claimed{queue: best.queue, m: *bm})
+			plan.n++
+		}
+	}
+	return plan, nil
+}
+
+// ---------------------------------------------------------------------------
+// Updates
+
+// JobUpdateMany applies acks, nacks, extensions and expiries in one script.
+func (s *Store) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
+	const op = "JobUpdateMany"
+	args := make([]any, 0, 3+updateNF*len(p.Updates))
+	args = append(args, enc(p.Namespace), nsStr(p.Now), usStr(p.Now))
+	for i, u := range p.Updates {
+		var kind string
+		switch u.Kind {
+		case store.UpdateComplete:
+			kind = "C"
+		case store.UpdateRetry:
+			kind = "R"
+		case store.UpdateDead:
+			kind = "D"
+		case store.UpdateExtend:
+			kind = "X"
+		default:
+			return nil, wrap(op, fmt.Errorf("update %d: unknown kind %d", i, u.Kind))
+		}
+		var result any = ""
+		if u.Result != nil {
+			result = u.Result
+		}
+		args = append(args, u.ID, strconv.FormatInt(u.Attempt, 10), kind, flag(u.Result != nil), result, u.Error,
+			nsStr(u.RunAt), flag(!u.RunAt.After(p.Now)), usStr(u.RunAt), runAtKey(u.RunAt),
+			nsStr(u.LeaseUntil), usStr(u.LeaseUntil), flag(u.NoRetry))
+	}
+	if err := s.fault(op, 1); err != nil {
+		return nil, err
+	}
+	applied := make([]bool, len(p.Updates))
+	if len(p.Updates) == 0 {
+		return applied, nil
+	}
+	v, err := s.run(ctx, scriptUpdate, args...)
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	a, err := toSlice(v)
+	if err != nil || len(a) != len(p.Updates) {
+		return nil, wrap(op, fmt.Errorf("reply of %d results for %d updates: %v", len(a), len(p.Updates), err))
+	}
+	for i, x := range a {
+		n, err := toInt(x)
+		if err != nil {
+			return nil, wrap(op, err)
+		}
+		applied[i] = n == 1
+	}
+	return applied, nil
+}
+
+// ---------------------------------------------------------------------------
+// Reads
+
+// JobGet returns one job.
+func (s *Store) JobGet(ctx context.Context, namespace, id string) (store.Job, error) {
+	m, err := s.c.HGetAll(ctx, s.p+"j:"+enc(namespace)+":"+id).Result()
+	if err != nil {
+		return store.Job{}, wrap("JobGet", err)
+	}
+	if len(m) == 0 {
+		return store.Job{}, fmt.Errorf("job %q: %w", id, store.ErrNotFound)
+	}
+	j, err := jobFromMap(m)
+	return j, wrap("JobGet", err)
+}
+
+// JobList lists jobs newest (highest Seq) first.
+func (s *Store) JobList(ctx context.Context, p store.JobListParams) ([]store.Job, error) {
+	const op = "JobList"
+	sts := statuses
+	if p.Status != "" {
+		ok := false
+		for _, x := range statuses {
+			ok = ok || x == p.Status
+		}
+		if !ok {
+			return nil, wrap(op, fmt.Errorf("unknown status %q", p.Status))
+		}
+		sts = []api.Status{p.Status}
+	}
+	max := "+inf"
+	if p.BeforeSeq > 0 {
+		max = "(" + strconv.FormatInt(p.BeforeSeq, 10)
+	}
+	shed := ""
+	if p.Shed != nil {
+		shed = flag(*p.Shed)
+	}
+	args := []any{enc(p.Namespace), max, strconv.Itoa(max0(p.Limit)), p.Queue, shed}
+	for _, x := range sts {
+		args = append(args, string(x))
+	}
+	v, err := s.run(ctx, scriptList, args...)
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	jobs, err := jobsFrom(v)
+	return jobs, wrap(op, err)
+}
+
+func max0(n int) int {
+	if n < 0 {
+		return 0
+	}
+	return n
+}
+
+// JobCount counts a namespace's jobs from its status indexes, in one
+// MULTI so the counts are one snapshot.
+func (s *Store) JobCount(ctx context.Context, namespace string) (store.Counts, error) {
+	E := enc(namespace)
+	var n [4]*goredis.IntCmd
+	_, err := s.c.TxPipelined(ctx, func(pipe goredis.Pipeliner) error {
+		for i, st := range statuses {
+			n[i] = pipe.ZCard(ctx, s.p+"st:"+E+":"+string(st))
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Counts{}, wrap("JobCount", err)
+	}
+	return store.Counts{Pending: n[0].Val(), Running: n[1].Val(), Completed: n[2].Val(), Dead: n[3].Val()}, nil
+}
+
+// JobNextRunAt returns the earliest run_at among the queues' (or the
+// namespace's) scheduled jobs.
+func (s *Store) JobNextRunAt(ctx context.Context, namespace string, queues []string) (time.Time, bool, error) {
+	args := []any{enc(namespace)}
+	for _, q := range queues {
+		args = append(args, q)
+	}
+	v, err := s.run(ctx, scriptNextRunAt, args...)
+	if err != nil {
+		return time.Time{}, false, wrap("JobNextRunAt", err)
+	}
+	a, err := toSlice(v)
+	if err != nil {
+		return time.Time{}, false, wrap("JobNextRunAt", err)
+	}
+	var (
+		next  time.Time
+		found bool
+	)
+	for _, x := range a {
+		str, err := toString(x)
+		if err != nil {
+			return time.Time{}, false, wrap("JobNextRunAt", err)
+		}
+		t, err := parseTime(str)
+		if err != nil {
+			return time.Time{}, false, wrap("JobNextRunAt", err)
+		}
+		if !found || t.Before(next) {
+			next, found = t, true
+		}
+	}
+	return next, found, nil
+}
+
+// JobListRunning lists a namespace's running jobs.
+func (s *Store) JobListRunning(ctx context.Context, namespace string) ([]store.Job, error) {
+	v, err := s.run(ctx, scriptListRunning, enc(namespace))
+	if err != nil {
+		return nil, wrap("JobListRunning", err)
+	}
+	jobs, err := jobsFrom(v)
+	return jobs, wrap("JobListRunning", err)
+}
+
+// JobListDeadRetryable lists dead letters due for an auto-retry.
+func (s *Store) JobListDeadRetryable(ctx context.Context, p store.JobListDeadRetryableParams) ([]store.Job, error) {
+	v, err := s.run(ctx, scriptDeadRetryable, enc(p.Namespace), p.Queue, usStr(p.DeadBefore),
+		strconv.FormatInt(p.MaxReplays, 10), strconv.Itoa(max0(p.Limit)))
+	if err != nil {
+		return nil, wrap("JobListDeadRetryable", err)
+	}
+	jobs, err := jobsFrom(v)
+	return jobs, wrap("JobListDeadRetryable", err)
+}
+
+// ---------------------------------------------------------------------------
+// Retention
+
+func finishedStatus(st api.Status) error {
+	if st != api.StatusCompleted && st != api.StatusDead {
+		return fmt.Errorf("retention works on completed or dead jobs, not %q", st)
+	}
+	return nil
+}
+
+// limitArg is a batch limit for a script: a negative one means none.
+func limitArg(n int) string {
+	if n < 0 {
+		return "-1"
+	}
+	return strconv.Itoa(n)
+}
+
+// JobDeleteFinishedBefore deletes up to Limit finished jobs older than Before.
+func (s *Store) JobDeleteFinishedBefore(ctx context.Context, p store.JobDeleteFinishedBeforeParams) (int64, error) {
+	const op = "JobDeleteFinishedBefore"
+	if err := finishedStatus(p.Status); err != nil {
+		return 0, wrap(op, err)
+	}
+	if err := s.fault(op, 1); err != nil {
+		return 0, err
+	}
+	v, err := s.run(ctx, scriptDeleteBefore, string(p.Status), usStr(p.Before), limitArg(p.Limit))
+	if err != nil {
+		return 0, wrap(op, err)
+	}
+	n, err := toInt(v)
+	return n, wrap(op, err)
+}
+
+// JobDeleteOverCeiling deletes a namespace's oldest finished jobs beyond Keep.
+func (s *Store) JobDeleteOverCeiling(ctx context.Context, p store.JobDeleteOverCeilingParams) (int64, error) {
+	const op = "JobDeleteOverCeiling"
+	if err := finishedStatus(p.Status); err != nil {
+		return 0, wrap(op, err)
+	}
+	if err := s.fault(op, 1); err != nil {
+		return 0, err
+	}
+	v, err := s.run(ctx, scriptDeleteOverCeiling, enc(p.Namespace), string(p.Status), strconv.FormatInt(p.Keep, 10), limitArg(p.Limit))
+	if err != nil {
+		return 0, wrap(op, err)
+	}
+	n, err := toInt(v)
+	return n, wrap(op, err)
+}

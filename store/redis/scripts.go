@@ -1,0 +1,620 @@
+package redis
+
+import goredis "github.com/redis/go-redis/v9"
+
+// The Lua scripts. Every script gets the key prefix as ARGV[1] and builds
+// its keys with the functions of luaLib, which mirror the key layout in the
+// package documentation. A script that writes does its checks before its
+// first write (Redis does not roll a failed script back), and returns
+// strings and numbers only (a Lua false or nil would cut an array short).
+//
+// Numbers that leave Lua go through string.format('%d'): Lua's own number
+// to string conversion switches to exponent notation at 1e14.
+
+// luaLib is prepended to every script.
+const luaLib = `
+local P = ARGV[1]
+local function enc(s) return #s .. ':' .. s end
+local function kJob(E, id) return P .. 'j:' .. E .. ':' .. id end
+local function kSt(E, st) return P .. 'st:' .. E .. ':' .. st end
+local function kAv(E, q) return P .. 'av:' .. E .. ':' .. enc(q) end
+local function kSc(E, q) return P .. 'sc:' .. E .. ':' .. enc(q) end
+local function kScn(E) return P .. 'scn:' .. E end
+local function kRun(E) return P .. 'run:' .. E end
+local function kUk(E) return P .. 'uk:' .. E end
+local function kDk(E) return P .. 'dk:' .. E end
+local function kFin(E, st) return P .. 'fin:' .. E .. ':' .. st end
+local function kFinAll(st) return P .. 'fin:' .. st end
+local function kRt(E, q) return P .. 'rt:' .. E .. ':' .. enc(q) end
+local function int(n) return string.format('%d', n) end
+local function hex16(n) return string.format('%016x', tonumber(n)) end
+
+-- release drops the unique and debounce keys id holds.
+local function release(E, id, uk, dk)
+	if uk and redis.call('HGET', kUk(E), uk) == id then redis.call('HDEL', kUk(E), uk) end
+	if dk and redis.call('HGET', kDk(E), dk) == id then redis.call('HDEL', kDk(E), dk) end
+end
+
+-- rekey is the dispatch-order member am with its run_at part replaced.
+local function rekey(am, rk) return string.sub(am, 1, 16) .. rk .. string.sub(am, 33) end
+
+-- place puts a pending job in its queue's available or scheduled index.
+local function place(E, q, id, am, due, score)
+	if due == '1' then
+		redis.call('ZADD', kAv(E, q), 0, am)
+	else
+		redis.call('ZADD', kSc(E, q), score, id)
+		redis.call('ZADD', kScn(E), score, id)
+	end
+end
+
+local function unplace(E, q, id, am)
+	redis.call('ZREM', kAv(E, q), am)
+	redis.call('ZREM', kSc(E, q), id)
+	redis.call('ZREM', kScn(E), id)
+end
+
+local function move(E, id, seq, from, to)
+	redis.call('ZREM', kSt(E, from), id)
+	redis.call('ZADD', kSt(E, to), seq, id)
+end
+
+local function addFinished(E, id, seq, st, q, finUs, retryable)
+	local m = hex16(seq) .. id
+	redis.call('ZADD', kFin(E, st), finUs, m)
+	redis.call('ZADD', kFinAll(st), finUs, E .. ':' .. id)
+	if retryable then redis.call('ZADD', kRt(E, q), finUs, m) end
+end
+
+local function delFinished(E, id, seq, st, q)
+	local m = hex16(seq) .. id
+	redis.call('ZREM', kFin(E, st), m)
+	redis.call('ZREM', kFinAll(st), E .. ':' .. id)
+	redis.call('ZREM', kRt(E, q), m)
+end
+
+-- delJob removes a job and every index entry it has.
+local function delJob(E, id)
+	local jk = kJob(E, id)
+	local st, q, seq, am, uk, dk = unpack(redis.call('HMGET', jk, 'status', 'queue', 'seq', 'am', 'unique_key', 'debounce_key'))
+	if not st then return 0 end
+	redis.call('ZREM', kSt(E, st), id)
+	if st == 'pending' then
+		unplace(E, q, id, am)
+	elseif st == 'running' then
+		redis.call('ZREM', kRun(E), id)
+	else
+		delFinished(E, id, seq, st, q)
+	end
+	release(E, id, uk, dk)
+	redis.call('DEL', jk)
+	return 1
+end
+`
+
+func newScript(body string) *goredis.Script { return goredis.NewScript("#!lua\n" + luaLib + body) }
+
+func newReadScript(body string) *goredis.Script {
+	return goredis.NewScript("#!lua flags=no-writes\n" + luaLib + body)
+}
+
+// enqueueNF is the number of ARGV fields per item of scriptEnqueue.
+const enqueueNF = 15
+
+// scriptEnqueue writes a whole JobEnqueueMany group.
+// ARGV: P, E, ns, now (ns), now (µs), now's run_at order key, then items
+// of enqueueNF fields: kind (J new admitted, S new shed, R replay admitted,
+// X replay shed), id, queue, task, has payload, payload, priority, run_at,
+// max_attempts, unique key, debounce key, due (1: available now), scheduled
+// score (µs), order-key prefix (priority and run_at, 32 hex), extra (the
+// shed error for S and X; 1 for an auto-retry R).
+// Returns outcome, id for each item.
+var scriptEnqueue = newScript(`
+local E, ns, now, nowUs, nowRk = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local SHED_META = '{"shed":"quota"}'
+local out = {}
+
+local function insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, status)
+	local seq = int(redis.call('INCR', P .. 'seq'))
+	local am = pre .. hex16(seq) .. string.format('%04x', #task) .. task .. id
+	local f = {'namespace', ns, 'id', id, 'queue', q, 'task', task, 'priority', prio, 'run_at', runAt,
+		'max_attempts', maxAtt, 'attempt', '0', 'status', status, 'created_at', now, 'seq', seq, 'am', am}
+	if hasPl == '1' then
+		f[#f + 1] = 'payload'
+		f[#f + 1] = pl
+	end
+	return seq, am, f
+end
+
+for b = 7, #ARGV - 14, 15 do -- enqueueNF fields an item
+	local kind, id, q, task, hasPl, pl = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+	local prio, runAt, maxAtt, uk, dk = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
+	local due, score, pre, extra = ARGV[b + 11], ARGV[b + 12], ARGV[b + 13], ARGV[b + 14]
+	local jk = kJob(E, id)
+	local outcome, rid = '', id
+
+	if kind == 'J' then
+		local holder = false
+		if redis.call('EXISTS', jk) == 1 then
+			outcome = 'deduplicated'
+		else
+			if uk ~= '' then holder = redis.call('HGET', kUk(E), uk) end
+			if holder then
+				outcome, rid = 'deduplicated', holder
+			else
+				if dk ~= '' then holder = redis.call('HGET', kDk(E), dk) end
+				if holder then
+					local hk = kJob(E, holder)
+					local hq, ham = unpack(redis.call('HMGET', hk, 'queue', 'am'))
+					local nam = rekey(ham, string.sub(pre, 17, 32))
+					unplace(E, hq, holder, ham)
+					place(E, hq, holder, nam, due, score)
+					redis.call('HSET', hk, 'run_at', runAt, 'am', nam)
+					if hasPl == '1' then
+						redis.call('HSET', hk, 'payload', pl)
+					else
+						redis.call('HDEL', hk, 'payload')
+					end
+					outcome, rid = 'coalesced', holder
+				else
+					local seq, am, f = insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, 'pending')
+					if uk ~= '' then
+						f[#f + 1] = 'unique_key'
+						f[#f + 1] = uk
+						redis.call('HSET', kUk(E), uk, id)
+					end
+					if dk ~= '' then
+						f[#f + 1] = 'debounce_key'
+						f[#f + 1] = dk
+						redis.call('HSET', kDk(E), dk, id)
+					end
+					redis.call('HSET', jk, unpack(f))
+					redis.call('ZADD', kSt(E, 'pending'), seq, id)
+					place(E, q, id, am, due, score)
+					outcome = 'enqueued'
+				end
+			end
+		end
+
+	elseif kind == 'S' then
+		outcome = 'shed'
+		if redis.call('EXISTS', jk) == 0 then
+			local seq, am, f = insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, 'dead')
+			for _, v in ipairs({'error', extra, 'dead_meta', SHED_META, 'finished_at', now, 'shed', '1'}) do
+				f[#f + 1] = v
+			end
+			redis.call('HSET', jk, unpack(f))
+			redis.call('ZADD', kSt(E, 'dead'), seq, id)
+			addFinished(E, id, seq, 'dead', q, nowUs, false)
+		end
+
+	elseif kind == 'R' then
+		local st, jq, seq, am, juk = unpack(redis.call('HMGET', jk, 'status', 'queue', 'seq', 'am', 'unique_key'))
+		if st == 'dead' then
+			local holder = false
+			if juk then holder = redis.call('HGET', kUk(E), juk) end
+			if holder then
+				outcome, rid = 'deduplicated', holder
+			else
+				local nam = rekey(am, nowRk)
+				delFinished(E, id, seq, 'dead', jq)
+				redis.call('HDEL', jk, 'error', 'dead_meta', 'finished_at', 'lease_until', 'worker', 'result',
+					'shed', 'no_retry', 'debounce_key')
+				redis.call('HSET', jk, 'status', 'pending', 'attempt', '0', 'run_at', now, 'am', nam)
+				if extra == '1' then redis.call('HINCRBY', jk, 'dead_replays', 1) end
+				move(E, id, seq, 'dead', 'pending')
+				redis.call('ZADD', kAv(E, jq), 0, nam)
+				if juk then redis.call('HSET', kUk(E), juk, id) end
+				outcome = 'enqueued'
+			end
+		end
+
+	elseif kind == 'X' then
+		local st, jq, seq = unpack(redis.call('HMGET', jk, 'status', 'queue', 'seq'))
+		if st == 'dead' then
+			redis.call('HSET', jk, 'shed', '1', 'error', extra, 'dead_meta', SHED_META)
+			redis.call('HDEL', jk, 'unique_key', 'debounce_key')
+			redis.call('ZREM', kRt(E, jq), hex16(seq) .. id)
+			outcome = 'shed'
+		end
+	end
+	out[#out + 1] = outcome
+	out[#out + 1] = rid
+end
+return out
+`)
+
+// scriptPromote makes due scheduled jobs of the queues available, at most
+// ARGV[4] per queue and call (0: none, the caller knows none is due), and
+// returns more (1: call again) followed by the head of each queue's
+// available index, ARGV[5] members long.
+// ARGV: P, E, now (µs), chunk, page, queues…
+var scriptPromote = newScript(`
+local E, nowUs, chunk, page = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local out = {0}
+for i = 6, #ARGV do
+	local q = ARGV[i]
+	local sk, ak = kSc(E, q), kAv(E, q)
+	if chunk > 0 then
+		local ids = redis.call('ZRANGEBYSCORE', sk, '-inf', nowUs, 'LIMIT', 0, chunk)
+		for _, id in ipairs(ids) do
+			redis.call('ZADD', ak, 0, redis.call('HGET', kJob(E, id), 'am'))
+		end
+		if #ids > 0 then
+			redis.call('ZREM', sk, unpack(ids))
+			redis.call('ZREM', kScn(E), unpack(ids))
+		end
+		if #ids == chunk then out[1] = 1 end
+	end
+	out[#out + 1] = redis.call('ZRANGE', ak, '-', '+', 'BYLEX', 'LIMIT', 0, page)
+end
+return out
+`)
+
+// scriptClaim claims exactly the chosen jobs, or nothing when one of them
+// is no longer available.
+// ARGV: P, E, number of claims, then per claim: jobs, lease (ns), lease
+// (µs), worker; then per job: id, queue, order member.
+// Returns {'conflict', id} or {'ok', job fields…}.
+var scriptClaim = newScript(`
+local E, nc = ARGV[2], tonumber(ARGV[3])
+local jb = 4 + nc * 4
+for b = jb, #ARGV, 3 do
+	if not redis.call('ZSCORE', kAv(E, ARGV[b + 1]), ARGV[b + 2]) then return {'conflict', ARGV[b]} end
+end
+local out = {'ok'}
+local b = jb
+for c = 0, nc - 1 do
+	local cb = 4 + c * 4
+	local n, leaseNs, leaseUs, worker = tonumber(ARGV[cb]), ARGV[cb + 1], ARGV[cb + 2], ARGV[cb + 3]
+	for _ = 1, n do
+		local id, q, am = ARGV[b], ARGV[b + 1], ARGV[b + 2]
+		b = b + 3
+		local jk = kJob(E, id)
+		local seq, dk = unpack(redis.call('HMGET', jk, 'seq', 'debounce_key'))
+		redis.call('ZREM', kAv(E, q), am)
+		redis.call('HINCRBY', jk, 'attempt', 1)
+		redis.call('HSET', jk, 'status', 'running', 'lease_until', leaseNs)
+		if worker ~= '' then
+			redis.call('HSET', jk, 'worker', worker)
+		else
+			redis.call('HDEL', jk, 'worker')
+		end
+		move(E, id, seq, 'pending', 'running')
+		redis.call('ZADD', kRun(E), leaseUs, id)
+		release(E, id, nil, dk)
+		out[#out + 1] = redis.call('HGETALL', jk)
+	end
+end
+return out
+`)
+
+// updateNF is the number of ARGV fields per update of scriptUpdate.
+const updateNF = 13
+
+// scriptUpdate applies a JobUpdateMany group.
+// ARGV: P, E, now (ns), now (µs), then per update: id, attempt, kind (C
+// complete, R retry, D dead, X extend), has result, result, error, run_at
+// (ns), due, scheduled score, run_at order key, lease (ns), lease (µs),
+// no_retry. Returns 1 (applied) or 0 per update.
+var scriptUpdate = newScript(`
+local E, now, nowUs = ARGV[2], ARGV[3], ARGV[4]
+local out = {}
+for b = 5, #ARGV - 12, 13 do -- updateNF fields an update
+	local id, att, kind, hasRes, res, err = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+	local runAt, due, score, rk = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9]
+	local leaseNs, leaseUs, noRetry = ARGV[b + 10], ARGV[b + 11], ARGV[b + 12]
+	local jk = kJob(E, id)
+	local st, cur, q, seq, am, uk, dk = unpack(redis.call('HMGET', jk, 'status', 'attempt', 'queue', 'seq', 'am', 'unique_key', 'debounce_key'))
+	if st ~= 'running' or cur ~= att then
+		out[#out + 1] = 0
+	else
+		if kind == 'X' then
+			redis.call('HSET', jk, 'lease_until', leaseNs)
+			redis.call('ZADD', kRun(E), leaseUs, id)
+		else
+			redis.call('ZREM', kRun(E), id)
+			redis.call('HDEL', jk, 'lease_until')
+			if kind == 'C' then
+				redis.call('HSET', jk, 'status', 'completed', 'finished_at', now)
+				if hasRes == '1' then
+					redis.call('HSET', jk, 'result', res)
+				else
+					redis.call('HDEL', jk, 'result')
+				end
+				move(E, id, seq, 'running', 'completed')
+				addFinished(E, id, seq, 'completed', q, nowUs, false)
+				release(E, id, uk, nil)
+			else
+				if err ~= '' then
+					redis.call('HSET', jk, 'error', err)
+				else
+					redis.call('HDEL', jk, 'error')
+				end
+				if kind == 'D' then
+					redis.call('HSET', jk, 'status', 'dead', 'finished_at', now)
+					if noRetry == '1' then
+						redis.call('HSET', jk, 'no_retry', '1')
+					else
+						redis.call('HDEL', jk, 'no_retry')
+					end
+					move(E, id, seq, 'running', 'dead')
+					addFinished(E, id, seq, 'dead', q, nowUs, noRetry ~= '1')
+					release(E, id, uk, nil)
+				else
+					local nam = rekey(am, rk)
+					redis.call('HSET', jk, 'status', 'pending', 'run_at', runAt, 'am', nam)
+					redis.call('HDEL', jk, 'worker')
+					move(E, id, seq, 'running', 'pending')
+					place(E, q, id, nam, due, score)
+					-- Pending again, it takes its debounce key back unless a
+					-- newer pending job holds it; then it keeps none.
+					if dk and redis.call('HSETNX', kDk(E), dk, id) == 0 then
+						redis.call('HDEL', jk, 'debounce_key')
+					end
+				end
+			end
+		end
+		out[#out + 1] = 1
+	end
+end
+return out
+`)
+
+// scriptList lists a namespace's jobs newest first, merging the per-status
+// indexes by seq. ARGV: P, E, max score ('+inf' or '(' seq), limit (0: no
+// limit), queue (empty: any), shed (empty: any, 1, 0), statuses….
+var scriptList = newReadScript(`
+local E, max, limit, queue, shed = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local PAGE = 200
+local keys, bufs, pos, last, done = {}, {}, {}, {}, {}
+for i = 7, #ARGV do keys[#keys + 1] = kSt(E, ARGV[i]) end
+local function fill(i)
+	local hi = max
+	if last[i] then hi = '(' .. last[i] end
+	local r = redis.call('ZREVRANGEBYSCORE', keys[i], hi, '-inf', 'WITHSCORES', 'LIMIT', 0, PAGE)
+	bufs[i], pos[i], done[i] = r, 1, #r < 2 * PAGE
+	if #r > 0 then last[i] = r[#r] end
+end
+for i = 1, #keys do fill(i) end
+local out = {}
+while limit == 0 or #out < limit do
+	local best, bs = nil, nil
+	for i = 1, #keys do
+		if pos[i] > #bufs[i] and not done[i] then fill(i) end
+		if pos[i] <= #bufs[i] then
+			local sc = tonumber(bufs[i][pos[i] + 1])
+			if not best or sc > bs then best, bs = i, sc end
+		end
+	end
+	if not best then break end
+	local id = bufs[best][pos[best]]
+	pos[best] = pos[best] + 2
+	local jk = kJob(E, id)
+	local ok = true
+	if queue ~= '' or shed ~= '' then
+		local q, sh = unpack(redis.call('HMGET', jk, 'queue', 'shed'))
+		if (queue ~= '' and q ~= queue) or (shed == '1' and sh ~= '1') or (shed == '0' and sh == '1') then ok = false end
+	end
+	if ok then out[#out + 1] = redis.call('HGETALL', jk) end
+end
+return out
+`)
+
+// scriptListRunning returns a namespace's running jobs. ARGV: P, E.
+var scriptListRunning = newReadScript(`
+local E = ARGV[2]
+local out = {}
+for _, id in ipairs(redis.call('ZRANGE', kRun(E), 0, -1)) do
+	out[#out + 1] = redis.call('HGETALL', kJob(E, id))
+end
+return out
+`)
+
+// scriptNextRunAt returns the run_at (ns) of the first scheduled job of
+// each queue that has one, or of the namespace when no queue is given.
+// ARGV: P, E, queues….
+var scriptNextRunAt = newReadScript(`
+local E = ARGV[2]
+local keys = {}
+for i = 3, #ARGV do keys[#keys + 1] = kSc(E, ARGV[i]) end
+if #keys == 0 then keys[1] = kScn(E) end
+local out = {}
+for _, k in ipairs(keys) do
+	local r = redis.call('ZRANGE', k, 0, 0)
+	if #r > 0 then out[#out + 1] = redis.call('HGET', kJob(E, r[1]), 'run_at') end
+end
+return out
+`)
+
+// scriptDeadRetryable lists auto-retryable dead letters of a queue, oldest
+// first. ARGV: P, E, queue, dead before (µs, inclusive), max replays, limit
+// (0: no limit).
+var scriptDeadRetryable = newReadScript(`
+local E, q, before, maxR, limit = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local out = {}
+local off, PAGE = 0, 200
+while true do
+	local ms = redis.call('ZRANGEBYSCORE', kRt(E, q), '-inf', before, 'LIMIT', off, PAGE)
+	for _, m in ipairs(ms) do
+		local jk = kJob(E, string.sub(m, 17))
+		if tonumber(redis.call('HGET', jk, 'dead_replays') or '0') < maxR then
+			out[#out + 1] = redis.call('HGETALL', jk)
+			if limit > 0 and #out >= limit then return out end
+		end
+	end
+	if #ms < PAGE then return out end
+	off = off + PAGE
+end
+`)
+
+// scriptDeleteBefore deletes finished jobs of one status in every
+// namespace. ARGV: P, status, before (µs, exclusive), limit (<0: no limit).
+var scriptDeleteBefore = newScript(`
+local st, before, limit = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local n = 0
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', kFinAll(st), '-inf', '(' .. before, 'LIMIT', 0, limit)) do
+	local c = string.find(m, ':', 1, true)
+	local e = c + tonumber(string.sub(m, 1, c - 1))
+	n = n + delJob(string.sub(m, 1, e), string.sub(m, e + 2))
+	redis.call('ZREM', kFinAll(st), m)
+end
+return n
+`)
+
+// scriptDeleteOverCeiling deletes a namespace's oldest finished jobs of one
+// status beyond the newest keep. ARGV: P, E, status, keep, limit (<0: no
+// limit).
+var scriptDeleteOverCeiling = newScript(`
+local E, st, keep, limit = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local over = redis.call('ZCARD', kFin(E, st)) - keep
+if limit >= 0 and over > limit then over = limit end
+if over <= 0 then return 0 end
+local n = 0
+for _, m in ipairs(redis.call('ZRANGE', kFin(E, st), 0, over - 1)) do
+	n = n + delJob(E, string.sub(m, 17))
+	redis.call('ZREM', kFin(E, st), m)
+end
+return n
+`)
+
+// scriptSettingPut writes or deletes a setting and records its audit entry.
+// ARGV: P, key, has value, value, now (ns), if revision (empty: none), audit
+// (1: record), actor, action, target kind, target, namespace, E of it.
+// Returns {'conflict', revision} or {'ok', new revision}.
+var scriptSettingPut = newScript(`
+local key, hasV, v, now, ifRev = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local sk = P .. 'set:' .. key
+local before, rev = unpack(redis.call('HMGET', sk, 'value', 'rev'))
+rev = tonumber(rev or '0')
+if ifRev ~= '' and tonumber(ifRev) ~= rev then return {'conflict', rev} end
+rev = rev + 1
+redis.call('HSET', sk, 'rev', int(rev), 'updated_at', now)
+if hasV == '1' then
+	redis.call('HSET', sk, 'value', v)
+	redis.call('ZADD', P .. 'sets', 0, key)
+else
+	redis.call('HDEL', sk, 'value')
+	redis.call('ZREM', P .. 'sets', key)
+end
+if ARGV[7] == '1' then
+	local id = int(redis.call('INCR', P .. 'aseq'))
+	local ak = P .. 'a:' .. id
+	redis.call('HSET', ak, 'id', id, 'at', now, 'actor', ARGV[8], 'action', ARGV[9], 'target_kind', ARGV[10],
+		'target', ARGV[11], 'namespace', ARGV[12])
+	if before then redis.call('HSET', ak, 'before', before) end
+	if hasV == '1' then redis.call('HSET', ak, 'after', v) end
+	redis.call('LPUSH', P .. 'al:' .. ARGV[13], id)
+end
+return {'ok', rev}
+`)
+
+// scriptSettingList returns live settings whose key starts with ARGV[2],
+// by key: key, value, revision, updated_at for each.
+var scriptSettingList = newReadScript(`
+local prefix = ARGV[2]
+local out = {}
+for _, k in ipairs(redis.call('ZRANGEBYLEX', P .. 'sets', '[' .. prefix, '+')) do
+	if string.sub(k, 1, #prefix) ~= prefix then break end
+	local v, rev, at = unpack(redis.call('HMGET', P .. 'set:' .. k, 'value', 'rev', 'updated_at'))
+	if v then
+		out[#out + 1] = k
+		out[#out + 1] = v
+		out[#out + 1] = rev
+		out[#out + 1] = at
+	end
+end
+return out
+`)
+
+// scriptAuditList returns a namespace's newest audit entries.
+// ARGV: P, E, limit.
+var scriptAuditList = newReadScript(`
+local out = {}
+for _, id in ipairs(redis.call('LRANGE', P .. 'al:' .. ARGV[2], 0, tonumber(ARGV[3]) - 1)) do
+	out[#out + 1] = redis.call('HGETALL', P .. 'a:' .. id)
+end
+return out
+`)
+
+// scriptTokenCreate stores a token unless its id or hash is taken.
+// ARGV: P, id, hash, hash (hex), namespace, role, created_at (ns).
+var scriptTokenCreate = newScript(`
+local id, hash, hx = ARGV[2], ARGV[3], ARGV[4]
+local tk, hk = P .. 't:' .. id, P .. 'th:' .. hx
+if redis.call('EXISTS', tk) == 1 or redis.call('EXISTS', hk) == 1 then return 'conflict' end
+redis.call('HSET', tk, 'id', id, 'hash', hash, 'hash_hex', hx, 'namespace', ARGV[5], 'role', ARGV[6], 'created_at', ARGV[7])
+redis.call('SET', hk, id)
+return 'ok'
+`)
+
+// scriptTokenGet returns the live token with hash (hex) ARGV[2], or nothing.
+var scriptTokenGet = newReadScript(`
+local id = redis.call('GET', P .. 'th:' .. ARGV[2])
+if not id then return {} end
+return redis.call('HGETALL', P .. 't:' .. id)
+`)
+
+// scriptTokenRevoke revokes live token ARGV[2] at ARGV[3] and returns it,
+// or nothing when there is no such live token.
+var scriptTokenRevoke = newScript(`
+local tk = P .. 't:' .. ARGV[2]
+local hx, revoked = unpack(redis.call('HMGET', tk, 'hash_hex', 'revoked_at'))
+if not hx or revoked then return {} end
+redis.call('HSET', tk, 'revoked_at', ARGV[3])
+redis.call('DEL', P .. 'th:' .. hx)
+return redis.call('HGETALL', tk)
+`)
+
+// scriptConfigPut creates or replaces a configuration item.
+// ARGV: P, E, K (encoded kind), name, namespace, kind, value, now (ns),
+// create (1), if revision (empty: none).
+// Returns {'conflict', revision} or {'ok', item fields…}.
+var scriptConfigPut = newScript(`
+local E, K, name = ARGV[2], ARGV[3], ARGV[4]
+local create, ifRev = ARGV[9], ARGV[10]
+local suffix = E .. ':' .. K .. ':' .. name
+local ck = P .. 'c:' .. suffix
+local seq, rev = unpack(redis.call('HMGET', ck, 'seq', 'rev'))
+local cur = tonumber(rev or '0')
+if seq and create == '1' then return {'conflict', cur} end
+if ifRev ~= '' and tonumber(ifRev) ~= cur then return {'conflict', cur} end
+if seq then
+	redis.call('HSET', ck, 'value', ARGV[7], 'rev', int(cur + 1), 'updated_at', ARGV[8])
+else
+	seq = int(redis.call('INCR', P .. 'cseq'))
+	redis.call('HSET', ck, 'namespace', ARGV[5], 'kind', ARGV[6], 'name', name, 'value', ARGV[7], 'seq', seq,
+		'rev', '1', 'updated_at', ARGV[8])
+	redis.call('ZADD', P .. 'ci:' .. E .. ':' .. K, seq, name)
+	redis.call('ZADD', P .. 'ck:' .. K, seq, suffix)
+end
+return {'ok', redis.call('HGETALL', ck)}
+`)
+
+// scriptConfigDelete removes a configuration item: 1, or 0 when there is
+// none. ARGV: P, E, K, name.
+var scriptConfigDelete = newScript(`
+local E, K, name = ARGV[2], ARGV[3], ARGV[4]
+local suffix = E .. ':' .. K .. ':' .. name
+if redis.call('DEL', P .. 'c:' .. suffix) == 0 then return 0 end
+redis.call('ZREM', P .. 'ci:' .. E .. ':' .. K, name)
+redis.call('ZREM', P .. 'ck:' .. K, suffix)
+return 1
+`)
+
+// scriptConfigList returns items in creation order: of one namespace
+// (ARGV[2] = E) or, with ARGV[2] empty, of all. ARGV: P, E, K.
+var scriptConfigList = newReadScript(`
+local E, K = ARGV[2], ARGV[3]
+local out = {}
+if E == '' then
+	for _, s in ipairs(redis.call('ZRANGE', P .. 'ck:' .. K, 0, -1)) do
+		out[#out + 1] = redis.call('HGETALL', P .. 'c:' .. s)
+	end
+else
+	for _, name in ipairs(redis.call('ZRANGE', P .. 'ci:' .. E .. ':' .. K, 0, -1)) do
+		out[#out + 1] = redis.call('HGETALL', P .. 'c:' .. E .. ':' .. K .. ':' .. name)
+	end
+end
+return out
+`)
