@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -166,4 +167,34 @@ func actorEnqueue(done chan struct{}) *actors.Message {
 		Body:  &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}},
 		Reply: func(any, *api.Error) { close(done) },
 	}
+}
+
+// BenchmarkWorkerConcurrency32 runs the Go client's Worker with 32 slots:
+// it claims as many jobs as it has free slots and acks each.
+func BenchmarkWorkerConcurrency32(b *testing.B) {
+	e := start(b)
+	tn := e.tenant("acme")
+	jobs := make([]api.Job, 1000)
+	for i := range jobs {
+		jobs[i] = api.Job{Queue: "bench", Task: "t"}
+	}
+	for n := 0; n < b.N; n += 1000 {
+		if _, err := tn.p.EnqueueMany(context.Background(), jobs[:min(1000, b.N-n)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var done atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	w := client.NewWorker(e.client(tn.worker), client.WorkerConfig{Queues: []string{"bench"}, Concurrency: 32},
+		func(context.Context, api.Job) (json.RawMessage, error) {
+			if done.Add(1) == int64(b.N) {
+				cancel()
+			}
+			return nil, nil
+		})
+	b.ResetTimer()
+	if err := w.Run(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 }

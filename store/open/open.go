@@ -40,12 +40,21 @@ func Open(ctx context.Context, rawURL string) (store.Store, error) {
 				return nil, fmt.Errorf("store URL %q: unknown option %q (sqlite takes synchronous=NORMAL|FULL)", rawURL, k)
 			}
 		}
-		return sqlite.Open(ctx, path, opt)
+		return orNil(sqlite.Open(ctx, path, opt))
 	case "postgres", "postgresql":
-		return postgres.Open(ctx, rawURL, postgres.Options{})
+		return orNil(postgres.Open(ctx, rawURL, postgres.Options{}))
 	case "redis", "rediss":
-		return redis.Open(ctx, rawURL, redis.Options{})
+		return orNil(redis.Open(ctx, rawURL, redis.Options{}))
 	default:
 		return nil, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite, postgres or redis)", rawURL, scheme)
 	}
+}
+
+// orNil returns a nil interface on error: a typed nil pointer in a
+// store.Store would not compare equal to nil.
+func orNil[S store.Store](s S, err error) (store.Store, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
