@@ -1,14 +1,16 @@
 // Package testserver gives tests throwaway database servers: one server per
-// test binary, started on first use and shared by its tests, each test
-// getting a fresh, empty database of its own so tests may run in parallel.
+// backend per test binary, started on first use and shared by its tests,
+// each test getting a fresh, empty database of its own so tests may run in
+// parallel.
 //
-// A test binary that uses it runs its tests through Main, which stops the
-// servers once the tests are done:
+// A test binary that uses it runs its tests through Main (or Run), which
+// stops the servers once the tests are done:
 //
 //	func TestMain(m *testing.M) { testserver.Main(m) }
 //
 //	func TestSomething(t *testing.T) {
 //		url := testserver.Postgres(t) // postgres://… of a new database
+//		rdb := testserver.Redis(t)    // redis://… of a flushed database
 //		…
 //	}
 //
@@ -22,12 +24,14 @@
 //	                             (postgres://user:password@host:port/db?…); each test
 //	                             gets a database of its own on it, or a schema of its
 //	                             own when the role may not create databases
+//	FLEXIQ_TEST_REDIS_URL        use this Redis server instead of starting one (see
+//	                             EnvRedisURL: its other databases are flushed)
 //	FLEXIQ_REQUIRE_ALL_BACKENDS  1: fail, rather than skip, when a backend is missing
 //
-// Servers are started as the current user or, when that is root (which
-// PostgreSQL refuses), as the user "postgres" (else "nobody"). They get the
-// parent-death signal, so even a test binary that dies without running Main
-// takes its servers with it.
+// The PostgreSQL server runs as the current user or, when that is root
+// (which PostgreSQL refuses), as the user "postgres" (else "nobody").
+// Servers get the parent-death signal on Linux, so even a test binary that
+// dies without running Main takes its servers with it.
 package testserver
 
 import (
