@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,8 @@ import (
 	"github.com/flexiq/flexiq/actors"
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/client"
+	"github.com/flexiq/flexiq/retention"
+	"github.com/flexiq/flexiq/store"
 )
 
 // Throughput of one in-process node over NATS with SQLite, everything on
@@ -197,4 +200,107 @@ func BenchmarkWorkerConcurrency32(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+}
+
+// BenchmarkEnqueueSingle32Backlog1M is BenchmarkEnqueueSingle32 with a
+// million jobs already pending in the namespace: admission never counts
+// the backlog, and inserts stay at the right edge of the indexes.
+func BenchmarkEnqueueSingle32Backlog1M(b *testing.B) {
+	e := start(b)
+	tn := e.tenant("acme")
+	ids := actors.NewIDGen(rand.New(rand.NewPCG(1, 1)))
+	now := time.Now()
+	for n := 0; n < 1_000_000; n += 1000 {
+		jobs := make([]store.NewJob, 1000)
+		for i := range jobs {
+			jobs[i] = store.NewJob{ID: ids.New(now), Generated: true, Queue: "bench", Task: "t", RunAt: now, Payload: []byte(`{"n":1}`)}
+		}
+		if _, err := e.node.Store.JobEnqueueMany(context.Background(), store.JobEnqueueManyParams{Namespace: "acme", Now: now, Calls: []store.EnqueueCall{{Jobs: jobs}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	parallelEnqueue(b, benchClients(b, e, tn.producer, 32), 1)
+}
+
+// BenchmarkNeighbourDuringTrim measures another namespace's single-job
+// enqueue throughput while a namespace 100 000 rows over a new
+// max_archived_rows is trimmed, tick after tick without pause (harsher than
+// any cleanup interval), against the same at rest. Run with a fixed count,
+// e.g. -benchtime 20000x, so both measure the same work.
+func BenchmarkNeighbourDuringTrim(b *testing.B) {
+	for _, trim := range []bool{false, true} {
+		name := "rest"
+		if trim {
+			name = "trim"
+		}
+		b.Run(name, func(b *testing.B) {
+			e := start(b)
+			st := e.node.Store
+			ctxb := context.Background()
+			ids := actors.NewIDGen(rand.New(rand.NewPCG(2, 2)))
+			now := time.Now().Add(-time.Hour)
+			for n := 0; n < 100_000; n += 1000 {
+				jobs := make([]store.NewJob, 1000)
+				for i := range jobs {
+					jobs[i] = store.NewJob{ID: ids.New(now), Generated: true, Queue: "q", Task: "t", RunAt: now}
+				}
+				if _, err := st.JobEnqueueMany(ctxb, store.JobEnqueueManyParams{Namespace: "big", Now: now, Calls: []store.EnqueueCall{{Jobs: jobs}}}); err != nil {
+					b.Fatal(err)
+				}
+				got, err := st.JobClaimMany(ctxb, store.JobClaimManyParams{Namespace: "big", Now: now, Claims: []store.ClaimSpec{{Queues: []string{"q"}, Max: 1000, LeaseUntil: now.Add(time.Hour)}}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ups := make([]store.JobUpdate, len(got[0]))
+				for i, j := range got[0] {
+					ups[i] = store.JobUpdate{ID: j.ID, Attempt: j.Attempt, Kind: store.UpdateComplete}
+				}
+				if _, err := st.JobUpdateMany(ctxb, store.JobUpdateManyParams{Namespace: "big", Now: now, Updates: ups}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			big := e.tenant("big")
+			e.setQuota(big.admin, `{"max_archived_rows":0}`)
+			other := e.tenant("other")
+			clients := benchClients(b, e, other.producer, 32)
+			stop := make(chan struct{})
+			var ticks atomic.Int64
+			var trimmed atomic.Int64
+			done := make(chan struct{})
+			if trim {
+				c := retention.New(retention.Config{Batch: 1000}, st, nil, nil, nil, nil)
+				go func() {
+					defer close(done)
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						res, err := c.RunOnce(ctxb, time.Now())
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						n := res.Ceiling["big"][api.StatusCompleted]
+						if n > 1000 {
+							b.Errorf("a tick deleted %d rows, more than the batch", n)
+						}
+						if n == 0 {
+							return
+						}
+						ticks.Add(1)
+						trimmed.Add(n)
+					}
+				}()
+			} else {
+				close(done)
+			}
+			parallelEnqueue(b, clients, 1)
+			close(stop)
+			<-done
+			b.ReportMetric(float64(ticks.Load()), "trim-ticks")
+			b.ReportMetric(float64(trimmed.Load()), "rows-trimmed")
+		})
+	}
 }

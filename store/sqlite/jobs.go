@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -429,22 +430,47 @@ func containsCursor(cs []*cursor, c *cursor) bool {
 	return false
 }
 
-// fetchSQL has one shape for every page so it stays prepared: the keyset
-// starts before every job, and skipped tasks come as a JSON array.
-const fetchSQL = `SELECT ` + claimCols + ` FROM jobs INDEXED BY jobs_claim
+// The page queries have two fixed shapes so they stay prepared: the keyset
+// starts before every job, skipped tasks come as a JSON array, and the page
+// size is written into the text. SQLite prepares a statement again whenever
+// a parameter its plan depended on changes value, and it plans with the
+// LIMIT: a bound LIMIT that varied with each group cost a full parse per
+// claim.
+const (
+	fetchSQL = `SELECT ` + claimCols + ` FROM jobs INDEXED BY jobs_claim
 	WHERE namespace = ?1 AND queue = ?2 AND status = 0
 	AND (priority < ?3 OR (priority = ?3 AND (run_at > ?4 OR (run_at = ?4 AND seq > ?5))))
-	AND (?6 IS NULL OR task NOT IN (SELECT value FROM json_each(?6)))
-	ORDER BY priority DESC, run_at, seq LIMIT ?7`
+	ORDER BY priority DESC, run_at, seq LIMIT `
+	fetchSkipSQL = `SELECT ` + claimCols + ` FROM jobs INDEXED BY jobs_claim
+	WHERE namespace = ?1 AND queue = ?2 AND status = 0
+	AND (priority < ?3 OR (priority = ?3 AND (run_at > ?4 OR (run_at = ?4 AND seq > ?5))))
+	AND task NOT IN (SELECT value FROM json_each(?6))
+	ORDER BY priority DESC, run_at, seq LIMIT `
+)
 
-func (s *Store) fetch(ctx context.Context, tx *wtx, ns string, c *cursor, skip map[string]bool, limit int) error {
+// pageSizes are the page sizes a group may read, each its own statement:
+// the smallest that holds what the group still wants, plus a little for
+// jobs the gate holds back.
+var pageSizes = [...]int{8, 32, 128, 512}
+
+func pageSize(want int) int {
+	for _, n := range pageSizes {
+		if want+4 <= n {
+			return n
+		}
+	}
+	return pageSizes[len(pageSizes)-1]
+}
+
+func (s *Store) fetch(ctx context.Context, tx *wtx, ns string, c *cursor, skip map[string]bool, want int) error {
+	size := pageSize(want)
 	// Before the first page the keyset sits ahead of every job: priority
 	// MaxInt64 with run_at MinInt64 still lets jobs of priority MaxInt64 in.
 	lastPri, lastRun, lastSeq := int64(math.MaxInt64), int64(math.MinInt64), int64(math.MinInt64)
 	if c.last != nil {
 		lastPri, lastRun, lastSeq = c.last.priority, c.last.runAt, c.last.seq
 	}
-	var skipJSON any
+	query, args := fetchSQL+strconv.Itoa(size), []any{ns, c.queue, lastPri, lastRun, lastSeq}
 	if len(skip) > 0 {
 		tasks := make([]string, 0, len(skip))
 		for t := range skip {
@@ -454,9 +480,9 @@ func (s *Store) fetch(ctx context.Context, tx *wtx, ns string, c *cursor, skip m
 		if err != nil {
 			return err
 		}
-		skipJSON = string(b)
+		query, args = fetchSkipSQL+strconv.Itoa(size), append(args, string(b))
 	}
-	rows, err := tx.QueryContext(ctx, fetchSQL, ns, c.queue, lastPri, lastRun, lastSeq, skipJSON, limit)
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err
 	}
@@ -472,7 +498,7 @@ func (s *Store) fetch(ctx context.Context, tx *wtx, ns string, c *cursor, skip m
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if len(c.page) < limit {
+	if len(c.page) < size {
 		c.done = true
 	}
 	if len(c.page) > 0 {
@@ -540,7 +566,7 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 						c.pos++
 					}
 					if c.pos >= len(c.page) && !c.done {
-						if err := s.fetch(ctx, tx, p.Namespace, c, skipTask, remaining*2+16); err != nil {
+						if err := s.fetch(ctx, tx, p.Namespace, c, skipTask, remaining); err != nil {
 							return err
 						}
 					}
