@@ -99,7 +99,8 @@ func storeLabel(cfg node.Config) string {
 func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Config, error) {
 	cfg := node.Defaults()
 	fs := flag.NewFlagSet("fq-node", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// A bad flag is one line (printed by the caller), not the usage text.
+	fs.SetOutput(io.Discard)
 
 	type strOpt struct {
 		flag, env, help string
@@ -161,6 +162,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fmt.Fprintln(stderr, "usage: fq-node [flags]   (every flag also has an environment variable)")
+			fs.PrintDefaults()
 			return cfg, err
 		}
 		return cfg, usageError{err.Error()}

@@ -48,8 +48,8 @@ func TestBadValuesExit2NamingTheFlagOrVariable(t *testing.T) {
 	} {
 		var out, errb bytes.Buffer
 		code := realMain(tc.args, env(tc.env), &out, &errb)
-		if code != 2 || !strings.Contains(errb.String(), tc.name) {
-			t.Errorf("%v %v: exit %d, stderr %q; want 2 naming %s", tc.args, tc.env, code, errb.String(), tc.name)
+		if code != 2 || !strings.Contains(errb.String(), tc.name) || strings.Count(errb.String(), "\n") != 1 {
+			t.Errorf("%v %v: exit %d, stderr %q; want 2 and one line naming %s", tc.args, tc.env, code, errb.String(), tc.name)
 		}
 	}
 }
