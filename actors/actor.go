@@ -164,6 +164,9 @@ func (a *Actor) step(ctx context.Context, msgs []*Message, now time.Time) {
 		case *api.EventRequest:
 			if call := c.EventCall(m, body, now); call != nil {
 				enqueues = append(enqueues, call)
+			} else if err := c.Snapshot().Err; err != nil {
+				// The triggers may not have been read: fail closed.
+				m.respond(nil, err)
 			} else {
 				m.respond(api.EnqueueReply{Results: []api.EnqueueResult{}}, nil)
 			}
@@ -179,6 +182,19 @@ func (a *Actor) step(ctx context.Context, msgs []*Message, now time.Time) {
 	}
 
 	a.updates(ctx, updates, now)
+	if !c.Loaded() {
+		// A failed update may have committed (a job pending again): decide
+		// nothing more on the counts it unloaded.
+		if err := a.load(ctx, now); err != nil {
+			for _, call := range enqueues {
+				call.Msg.respond(nil, StoreError(err))
+			}
+			for _, call := range claims {
+				call.Msg.respond(nil, StoreError(err))
+			}
+			return
+		}
+	}
 	a.enqueues(ctx, enqueues, now)
 
 	if now.Sub(a.lastP) >= pollEvery {

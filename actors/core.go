@@ -714,6 +714,8 @@ func (c *Core) UpdatesDone(p *UpdatePlan, applied []bool, err error) []UpdateRep
 		switch e.kind {
 		case store.UpdateExtend:
 			e.info.leaseUntil = e.runAt
+			// A heartbeat with a shorter lease_ms moves the lease earlier.
+			c.watchLease(e.runAt)
 			p.extended[e.call] = append(p.extended[e.call], e.id)
 			continue
 		case store.UpdateRetry:

@@ -24,8 +24,21 @@
 // (the simulated clock jumps) or fails a read. recStore sees exactly what
 // committed and keeps the model.
 //
-// Tests: TestSeeds runs many seeds (-seeds, -seed, -seedbase, -simlen),
-// TestDeterminism runs a seed twice and compares the traces, the mutation
-// tests break one rule each and expect the simulator to report it, and
-// TestScripts runs the readable scenarios of testdata/*.txt.
+// Product bugs the simulator found and that are not fixed yet are named by
+// the Bug… constants; RandomConfig tolerates them (KnownBugs) so they do not
+// hide the next one, and TestKnownBugs shows each still happens.
+//
+// Tests:
+//
+//	go test ./simtest                                  # 500 seeds and everything below
+//	go test ./simtest -run TestSeeds -seeds=5000 -seedbase=1000 [-simlen=4] [-strict] -v
+//	go test ./simtest -run TestSeeds -seed=N -v [-simtrace]   # replay one seed
+//	go test ./simtest -run TestScripts [-rewrite]
+//
+// TestSeeds plays many seeds (each prints the command that replays it when
+// it fails; -v also prints what the seeds exercised), TestDeterminism plays
+// seeds twice and wants byte-identical traces, the TestMutation… tests break
+// one rule each and expect the simulator to name it, and TestScripts runs the
+// readable scenarios of testdata/*.txt. Under -race each seed runs shorter
+// (-simlen 0.3), as SQLite is pure Go and the detector slows it some 30×.
 package simtest

@@ -1,0 +1,456 @@
+package simtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/flexiq/flexiq/actors"
+	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/store"
+)
+
+// Each test here breaks one rule on purpose, in a wrapper around the store
+// or the quota cache the actors see, and wants the simulator to report that
+// rule's invariant. The same seeds pass unbroken in TestSeeds.
+
+// expectViolation plays seeds with tweak until one reports inv.
+func expectViolation(t *testing.T, inv string, tweak func(*Config)) {
+	t.Helper()
+	for seed := uint64(1); seed <= 30; seed++ {
+		s := runSeed(t, seed, 0.5, func(c *Config) {
+			c.Faults = FaultConfig{}
+			c.KeepGoing = true
+			tweak(c)
+		})
+		for _, v := range s.Violations() {
+			if v.Inv == inv {
+				t.Logf("seed %d caught it (first violation: %v)", seed, s.Violations()[0])
+				return
+			}
+		}
+	}
+	t.Fatalf("no seed reported %s", inv)
+}
+
+// storeMutant overrides some of a store's methods.
+type storeMutant struct {
+	actors.Store
+	enqueue func(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error)
+	claim   func(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error)
+	update  func(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error)
+	count   func(ctx context.Context, ns string) (store.Counts, error)
+}
+
+func (m *storeMutant) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
+	if m.enqueue != nil {
+		return m.enqueue(ctx, p)
+	}
+	return m.Store.JobEnqueueMany(ctx, p)
+}
+
+func (m *storeMutant) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
+	if m.claim != nil {
+		return m.claim(ctx, p)
+	}
+	return m.Store.JobClaimMany(ctx, p)
+}
+
+func (m *storeMutant) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
+	if m.update != nil {
+		return m.update(ctx, p)
+	}
+	return m.Store.JobUpdateMany(ctx, p)
+}
+
+func (m *storeMutant) JobCount(ctx context.Context, ns string) (store.Counts, error) {
+	if m.count != nil {
+		return m.count(ctx, ns)
+	}
+	return m.Store.JobCount(ctx, ns)
+}
+
+// snapMutant rewrites snapshots on their way to the actors.
+type snapMutant struct {
+	inner actors.Snapshots
+	fn    func(ns string, s cachebust.Snapshot) cachebust.Snapshot
+}
+
+func (m *snapMutant) Get(ctx context.Context, ns string, now time.Time) cachebust.Snapshot {
+	return m.fn(ns, m.inner.Get(ctx, ns, now))
+}
+
+func mutateSnapshots(fn func(ns string, s cachebust.Snapshot) cachebust.Snapshot) func(actors.Snapshots) actors.Snapshots {
+	return func(in actors.Snapshots) actors.Snapshots { return &snapMutant{inner: in, fn: fn} }
+}
+
+func quotaAll(c *Config, doc string) {
+	for _, ns := range c.Namespaces {
+		c.World.Quota[ns] = doc
+	}
+	c.Chaos.QuotaEvery = 0
+}
+
+// A gate that ignores max_running: the store takes every due job.
+func TestMutationRunningCap(t *testing.T) {
+	expectViolation(t, InvRunningCap, func(c *Config) {
+		quotaAll(c, `{"max_running":1}`)
+		c.WrapStore = func(s actors.Store) actors.Store {
+			return &storeMutant{Store: s, claim: func(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
+				p.Allow, p.ExcludeTasks = nil, nil
+				return s.JobClaimMany(ctx, p)
+			}}
+		}
+	})
+}
+
+// A cache that loses max_pending on the way to the actor.
+func TestMutationPendingCap(t *testing.T) {
+	expectViolation(t, InvPendingCap, func(c *Config) {
+		quotaAll(c, `{"max_pending":3}`)
+		c.WrapSnapshots = mutateSnapshots(func(_ string, s cachebust.Snapshot) cachebust.Snapshot {
+			s.Quota.MaxPending = nil
+			return s
+		})
+	})
+}
+
+// A bucket that never runs out (the rate never reaches admission).
+func TestMutationRate(t *testing.T) {
+	expectViolation(t, InvRate, func(c *Config) {
+		quotaAll(c, `{"enqueue_rate":"2/s"}`)
+		c.WrapSnapshots = mutateSnapshots(func(_ string, s cachebust.Snapshot) cachebust.Snapshot {
+			s.Quota.EnqueueRate = nil
+			return s
+		})
+	})
+}
+
+// A claim that also hands out a shed job.
+func TestMutationShedClaimed(t *testing.T) {
+	expectViolation(t, InvShedClaimed, func(c *Config) {
+		quotaAll(c, `{"max_pending":2,"on_excess":"drop"}`)
+		c.WrapStore = func(s actors.Store) actors.Store {
+			var shed []store.NewJob
+			return &storeMutant{Store: s,
+				enqueue: func(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
+					res, err := s.JobEnqueueMany(ctx, p)
+					if err == nil {
+						for _, call := range p.Calls {
+							if call.ShedError != "" {
+								shed = append(shed, call.Jobs...)
+							}
+						}
+					}
+					return res, err
+				},
+				claim: func(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
+					res, err := s.JobClaimMany(ctx, p)
+					if err == nil && len(shed) > 0 && len(res) > 0 {
+						j := shed[0]
+						shed = shed[1:]
+						res[0] = append(res[0], store.Job{Namespace: p.Namespace, ID: j.ID, Queue: j.Queue, Task: j.Task,
+							Status: api.StatusRunning, Attempt: 1, Shed: true, LeaseUntil: p.Claims[0].LeaseUntil})
+					}
+					return res, err
+				},
+			}
+		}
+	})
+}
+
+// A write that drops the last job of a batch (and says it landed).
+func TestMutationBatchWhole(t *testing.T) {
+	expectViolation(t, InvBatchWhole, func(c *Config) {
+		quotaAll(c, `{}`)
+		c.Load.Batch, c.Load.MaxBatch = 0.8, 4
+		c.WrapStore = func(s actors.Store) actors.Store {
+			return &storeMutant{Store: s, enqueue: func(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
+				var dropped []*store.NewJob
+				calls := make([]store.EnqueueCall, len(p.Calls))
+				for i, call := range p.Calls {
+					if n := len(call.Jobs); n > 1 {
+						dropped = append(dropped, &call.Jobs[n-1])
+						call.Jobs = call.Jobs[:n-1]
+					} else {
+						dropped = append(dropped, nil)
+					}
+					calls[i] = call
+				}
+				p.Calls = calls
+				res, err := s.JobEnqueueMany(ctx, p)
+				for i := range res {
+					if j := dropped[i]; j != nil {
+						res[i] = append(res[i], api.EnqueueResult{ID: j.ID, Outcome: api.OutcomeEnqueued})
+					}
+				}
+				return res, err
+			}}
+		}
+	})
+}
+
+// A write that lands a job twice is a batch written twice.
+func TestMutationWrittenTwice(t *testing.T) {
+	expectViolation(t, InvBatchWhole, func(c *Config) {
+		quotaAll(c, `{}`)
+		c.WrapStore = func(s actors.Store) actors.Store {
+			return &storeMutant{Store: s, enqueue: func(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
+				res, err := s.JobEnqueueMany(ctx, p)
+				if err == nil && len(p.Calls) == 1 && len(p.Calls[0].Jobs) == 1 && p.Calls[0].Jobs[0].Generated {
+					again := p
+					again.Calls = []store.EnqueueCall{{Jobs: []store.NewJob{p.Calls[0].Jobs[0]}}}
+					again.Calls[0].Jobs[0].ID += "-again"
+					_, _ = s.JobEnqueueMany(ctx, again)
+				}
+				return res, err
+			}}
+		}
+	})
+}
+
+// A write that acknowledges a job it never stored.
+func TestMutationLostEnqueue(t *testing.T) {
+	expectViolation(t, InvLost, func(c *Config) {
+		quotaAll(c, `{}`)
+		c.WrapStore = func(s actors.Store) actors.Store {
+			n := 0
+			return &storeMutant{Store: s, enqueue: func(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
+				n++
+				if n%5 == 0 && len(p.Calls) == 1 && len(p.Calls[0].Jobs) == 1 && p.Calls[0].ShedError == "" {
+					return [][]api.EnqueueResult{{{ID: p.Calls[0].Jobs[0].ID, Outcome: api.OutcomeEnqueued}}}, nil
+				}
+				return s.JobEnqueueMany(ctx, p)
+			}}
+		}
+	})
+}
+
+// A cache that never refreshes: quota changes never arrive, broadcast or
+// TTL.
+func TestMutationQuotaTTL(t *testing.T) {
+	expectViolation(t, InvTTL, func(c *Config) {
+		c.Chaos.QuotaEvery = c.TTL
+		c.WrapSnapshots = func(in actors.Snapshots) actors.Snapshots {
+			first := map[string]cachebust.Snapshot{}
+			return &snapMutant{inner: in, fn: func(ns string, s cachebust.Snapshot) cachebust.Snapshot {
+				if f, ok := first[ns]; ok {
+					return f
+				}
+				first[ns] = s
+				return s
+			}}
+		}
+	})
+}
+
+// A namespace whose quota does not decode, run anyway.
+func TestMutationFailClosed(t *testing.T) {
+	expectViolation(t, InvFailClosed, func(c *Config) {
+		c.Chaos.Corrupt = 0.6
+		c.WrapSnapshots = mutateSnapshots(func(_ string, s cachebust.Snapshot) cachebust.Snapshot {
+			s.Err = nil
+			return s
+		})
+	})
+}
+
+// One namespace's unreadable quota stopping every namespace.
+func TestMutationIsolation(t *testing.T) {
+	expectViolation(t, InvIsolation, func(c *Config) {
+		c.Chaos.Corrupt = 0.6
+		c.WrapSnapshots = func(in actors.Snapshots) actors.Snapshots {
+			var stop *api.Error
+			return &snapMutant{inner: in, fn: func(_ string, s cachebust.Snapshot) cachebust.Snapshot {
+				if s.Err != nil {
+					stop = s.Err
+				}
+				if stop != nil {
+					s.Err = stop
+				}
+				return s
+			}}
+		}
+	})
+}
+
+// A claim that takes held-back jobs too and puts them back: their attempt
+// moved though no worker got them.
+func TestMutationHeldBackAttempt(t *testing.T) {
+	expectViolation(t, InvAttempt, func(c *Config) {
+		quotaAll(c, `{"max_running":1}`)
+		c.WrapStore = func(s actors.Store) actors.Store {
+			return &storeMutant{Store: s, claim: func(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
+				var forced []bool // per job taken, in order: was it held back?
+				if allow := p.Allow; allow != nil {
+					p.Allow = func(queue, task string) store.ClaimVerdict {
+						v := allow(queue, task)
+						forced = append(forced, v != store.ClaimTake)
+						return store.ClaimTake
+					}
+				}
+				p.ExcludeTasks = nil
+				res, err := s.JobClaimMany(ctx, p)
+				if err != nil {
+					return res, err
+				}
+				k := 0
+				var back store.JobUpdateManyParams
+				back.Namespace, back.Now = p.Namespace, p.Now
+				for ci := range res {
+					var keep []store.Job
+					for _, j := range res[ci] {
+						if k < len(forced) && forced[k] {
+							back.Updates = append(back.Updates, store.JobUpdate{ID: j.ID, Attempt: j.Attempt, Kind: store.UpdateRetry, RunAt: p.Now})
+						} else {
+							keep = append(keep, j)
+						}
+						k++
+					}
+					res[ci] = keep
+				}
+				if len(back.Updates) > 0 {
+					if _, err := s.JobUpdateMany(ctx, back); err != nil {
+						return nil, err
+					}
+				}
+				return res, nil
+			}}
+		}
+	})
+}
+
+// Counts read wrong at load: the actor's counts drift from the store.
+func TestMutationCounts(t *testing.T) {
+	expectViolation(t, InvCounts, func(c *Config) {
+		c.Chaos.RestartEvery = c.TTL
+		c.WrapStore = func(s actors.Store) actors.Store {
+			return &storeMutant{Store: s, count: func(ctx context.Context, ns string) (store.Counts, error) {
+				n, err := s.JobCount(ctx, ns)
+				if n.Pending > 0 {
+					n.Pending--
+				}
+				return n, err
+			}}
+		}
+	})
+}
+
+// Lease expiries that never reach the store: slots stay taken.
+func TestMutationLease(t *testing.T) {
+	expectViolation(t, InvLease, func(c *Config) {
+		c.Load.Crash = 0.3
+		c.WrapStore = func(s actors.Store) actors.Store {
+			return &storeMutant{Store: s, update: func(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
+				var keep []store.JobUpdate
+				var idx []int
+				for i, u := range p.Updates {
+					if u.Error != leaseExpired {
+						keep = append(keep, u)
+						idx = append(idx, i)
+					}
+				}
+				out := make([]bool, len(p.Updates))
+				for i := range out {
+					out[i] = true
+				}
+				if len(keep) == 0 {
+					return out, nil
+				}
+				p.Updates = keep
+				applied, err := s.JobUpdateMany(ctx, p)
+				for k, i := range idx {
+					if k < len(applied) {
+						out[i] = applied[k]
+					}
+				}
+				return out, err
+			}}
+		}
+	})
+}
+
+// Retries without backoff.
+func TestMutationBackoff(t *testing.T) {
+	expectViolation(t, InvBackoff, func(c *Config) {
+		c.Load.Nack = 0.5
+		c.WrapStore = func(s actors.Store) actors.Store {
+			return &storeMutant{Store: s, update: func(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
+				ups := make([]store.JobUpdate, len(p.Updates))
+				for i, u := range p.Updates {
+					if u.Kind == store.UpdateRetry {
+						u.RunAt = p.Now
+					}
+					ups[i] = u
+				}
+				p.Updates = ups
+				return s.JobUpdateMany(ctx, p)
+			}}
+		}
+	})
+}
+
+// An actor that panics is rebuilt, but the simulator reports it.
+func TestMutationPanic(t *testing.T) {
+	expectViolation(t, InvPanic, func(c *Config) {
+		c.WrapSnapshots = func(in actors.Snapshots) actors.Snapshots {
+			n := 0
+			return &snapMutant{inner: in, fn: func(_ string, s cachebust.Snapshot) cachebust.Snapshot {
+				n++
+				if n == 50 {
+					panic("injected")
+				}
+				return s
+			}}
+		}
+	})
+}
+
+// TestKnownBugs shows each product bug the simulator tolerates by default
+// still happens. When one is fixed this test fails: remove its tolerance
+// (KnownBugs) and its case here.
+func TestKnownBugs(t *testing.T) {
+	cases := []struct {
+		bug, inv string
+		tweak    func(*Config)
+	}{
+		{BugRefundAfterWrite, InvRate, func(c *Config) {
+			quotaAll(c, `{"enqueue_rate":"3/s"}`)
+			c.Load.SendEvery = 50e6
+			c.Faults = FaultConfig{AfterWrite: 0.3}
+		}},
+		{BugBucketForgotten, InvRate, func(c *Config) {
+			quotaAll(c, `{"enqueue_rate":"5/m"}`)
+			c.Chaos.RestartEvery, c.Chaos.MoveEvery = time.Second, time.Second
+			c.Faults = FaultConfig{}
+		}},
+		{BugReplayTwice, InvReply, func(c *Config) {
+			quotaAll(c, `{}`)
+			c.Load.Replays, c.Load.Nack, c.Load.NoRetry = 0.5, 0.5, 1
+			c.Load.SendEvery = 30e6
+			c.Bus.StepLatency = 5e6
+		}},
+		{BugMaxAttemptsUnread, InvAttempt, func(c *Config) {
+			c.World.QueueAttempts = map[string]int64{"q1": 1, "q2": 1}
+			c.Load.Nack, c.Load.NoRetry = 0.5, 0
+			c.Faults = FaultConfig{Read: 0.2, AfterWrite: 0.1}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.bug, func(t *testing.T) {
+			for seed := uint64(1); seed <= 40; seed++ {
+				s := runSeed(t, seed, 0.5, func(c *Config) {
+					tc.tweak(c)
+					c.Tolerate = KnownBugs()
+					delete(c.Tolerate, tc.bug)
+				})
+				if v := s.Violations(); len(v) > 0 && v[0].Inv == tc.inv {
+					t.Logf("seed %d: %v", seed, v[0])
+					return
+				}
+			}
+			t.Fatalf("%s no longer shows (as %s) in 40 seeds: fixed? Remove its tolerance", tc.bug, tc.inv)
+		})
+	}
+}
