@@ -339,7 +339,23 @@ func (a *Actor) enqueues(ctx context.Context, calls []*EnqueueCall, now time.Tim
 				return
 			}
 		}
+		calls = a.recheckReplays(ctx, calls)
 	}
+}
+
+// recheckReplays checks again that replays left for a later round still
+// name dead letters: an earlier call of the group may have replayed them.
+func (a *Actor) recheckReplays(ctx context.Context, calls []*EnqueueCall) []*EnqueueCall {
+	out := calls[:0:0]
+	for _, call := range calls {
+		if len(call.ReplayIDs) > 0 {
+			if a.replayCall(ctx, call.Msg, &api.ReplayRequest{IDs: call.ReplayIDs}) == nil {
+				continue // refused and answered
+			}
+		}
+		out = append(out, call)
+	}
+	return out
 }
 
 func reasonOf(shedError string) api.Reason {
@@ -394,9 +410,16 @@ func (a *Actor) claims(ctx context.Context, calls []*ClaimCall, now time.Time) {
 		answer(call, nil)
 	}
 	if len(park) > 0 {
+		// When to wake them for delayed jobs: read once, for claims
+		// parking for the first time in a namespace that runs; parked
+		// ones already know, and the periodic poll covers the rest.
 		var queues []string
 		seen := map[string]bool{}
 		for _, w := range park {
+			if w.parked {
+				continue
+			}
+			w.parked = true
 			for _, q := range w.Req.Queues {
 				if !seen[q] {
 					seen[q] = true
@@ -404,9 +427,15 @@ func (a *Actor) claims(ctx context.Context, calls []*ClaimCall, now time.Time) {
 				}
 			}
 		}
-		next, ok, err := a.deps.Store.JobNextRunAt(ctx, a.ns, queues)
-		if err != nil {
-			ok = false // the periodic poll covers it
+		var (
+			next time.Time
+			ok   bool
+		)
+		if len(queues) > 0 && c.Snapshot().Err == nil {
+			var err error
+			if next, ok, err = a.deps.Store.JobNextRunAt(ctx, a.ns, queues); err != nil {
+				ok = false
+			}
 		}
 		c.Park(park, next, ok)
 	}

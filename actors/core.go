@@ -58,8 +58,10 @@ type Core struct {
 type runInfo struct {
 	queue, task string
 	attempt     int64
-	maxAttempts int64
-	leaseUntil  time.Time
+	// ownMax is the job's own max_attempts (0: its queue's or the
+	// default, resolved when an attempt fails, under the settings then).
+	ownMax     int64
+	leaseUntil time.Time
 }
 
 // NewCore returns the core of namespace ns. rng drives job ids and backoff
@@ -96,8 +98,8 @@ func (c *Core) Load(counts store.Counts, running []store.Job, now time.Time) {
 	for _, j := range running {
 		c.running[j.ID] = &runInfo{
 			queue: j.Queue, task: j.Task, attempt: j.Attempt,
-			maxAttempts: c.maxAttempts(j.MaxAttempts, j.Queue),
-			leaseUntil:  j.LeaseUntil,
+			ownMax:     j.MaxAttempts,
+			leaseUntil: j.LeaseUntil,
 		}
 		c.counts.Add(j.Queue, j.Task, 1)
 		c.watchLease(j.LeaseUntil)
@@ -263,7 +265,6 @@ type EnqueuePlan struct {
 	Rest []*EnqueueCall
 
 	undoPending int64
-	undoBucket  admission.Bucket
 }
 
 // PlanEnqueue decides calls in order under the quota in force.
@@ -279,11 +280,22 @@ func (c *Core) PlanEnqueue(calls []*EnqueueCall, now time.Time) EnqueuePlan {
 	p := EnqueuePlan{
 		Params:      store.JobEnqueueManyParams{Namespace: c.ns, Now: now},
 		undoPending: c.pending,
-		undoBucket:  c.bucket,
 	}
 	estimate := c.pending
 	uncertain := false
+	replayed := map[string]bool{}
 	for i, call := range calls {
+		// A replay naming a dead letter an earlier call of this group
+		// replays is decided after that call lands, on what it left: it
+		// may no longer be a dead letter.
+		overlap := false
+		for _, id := range call.ReplayIDs {
+			overlap = overlap || replayed[id]
+		}
+		if overlap {
+			p.Rest = calls[i:]
+			break
+		}
 		if c.snap.Err != nil {
 			p.Refused = append(p.Refused, Refusal{call, c.snap.Err})
 			continue
@@ -314,17 +326,21 @@ func (c *Core) PlanEnqueue(calls []*EnqueueCall, now time.Time) EnqueuePlan {
 			uncertain = uncertain || call.keyed()
 		}
 		p.Calls = append(p.Calls, call)
+		for _, id := range call.ReplayIDs {
+			replayed[id] = true
+		}
 	}
 	return p
 }
 
 // EnqueueDone applies a written plan: the exact pending count from what
-// landed. On a failed write it restores the state the plan started from
-// and unloads, since the write may have happened (a store can fail after
-// committing).
+// landed. On a failed write it unloads, since the write may have happened
+// (a store can fail after committing), and keeps the tokens spent: a rate is
+// a ceiling, and jobs that landed must have paid for theirs, so a retry of
+// a failed call may be refused for rate.
 func (c *Core) EnqueueDone(p *EnqueuePlan, results [][]api.EnqueueResult, err error, now time.Time) {
 	if err != nil {
-		c.pending, c.bucket = p.undoPending, p.undoBucket
+		c.pending = p.undoPending
 		c.Unload()
 		return
 	}
@@ -385,6 +401,7 @@ type ClaimCall struct {
 	Msg      *Message
 	Req      api.ClaimRequest
 	Deadline time.Time // when a long poll gives up
+	parked   bool      // it has waited before
 }
 
 // ClaimPlan is a group of claims to run in one transaction.
@@ -467,7 +484,7 @@ func (c *Core) ClaimDone(p *ClaimPlan, results [][]store.Job, err error) {
 		for _, j := range jobs {
 			c.running[j.ID] = &runInfo{
 				queue: j.Queue, task: j.Task, attempt: j.Attempt,
-				maxAttempts: c.maxAttempts(j.MaxAttempts, j.Queue), leaseUntil: j.LeaseUntil,
+				ownMax: j.MaxAttempts, leaseUntil: j.LeaseUntil,
 			}
 			c.counts.Add(j.Queue, j.Task, 1)
 			c.pending--
@@ -651,7 +668,15 @@ func (p *UpdatePlan) add(e updateEntry, u store.JobUpdate) {
 func (c *Core) planFailure(p *UpdatePlan, call *UpdateCall, id string, ri *runInfo, msg string, retry bool, now time.Time) {
 	e := updateEntry{call: call, id: id, info: ri, expire: call == nil}
 	u := store.JobUpdate{ID: id, Attempt: ri.attempt, Error: msg}
-	if !retry || ri.attempt >= ri.maxAttempts {
+	// The limit is resolved now, under the settings in force. While they
+	// cannot be read, a job without its own limit is retried rather than
+	// buried on a guess: its namespace dispatches nothing until they can,
+	// and its next failure is judged under them.
+	max := ri.ownMax
+	if max <= 0 && c.snap.Err == nil {
+		max = c.maxAttempts(0, ri.queue)
+	}
+	if !retry || (max > 0 && ri.attempt >= max) {
 		e.kind, u.Kind, u.NoRetry = store.UpdateDead, store.UpdateDead, !retry
 	} else {
 		e.kind, u.Kind = store.UpdateRetry, store.UpdateRetry
@@ -795,8 +820,18 @@ func (c *Core) NextDeadline() time.Time {
 func (c *Core) Busy() bool { return len(c.running) > 0 || len(c.waiters) > 0 }
 
 // Idle reports whether the actor may passivate at now.
+//
+// A partly spent token bucket keeps the actor alive until it has refilled:
+// the bucket lives only here, and a fresh actor starts full, so passivating
+// earlier would hand out a free burst.
 func (c *Core) Idle(now time.Time, after time.Duration) bool {
-	return !c.Busy() && now.Sub(c.lastActive) >= after
+	if c.Busy() || now.Sub(c.lastActive) < after {
+		return false
+	}
+	if r := c.snap.Quota.EnqueueRate; r != nil && c.bucket.Tokens(*r, now) < r.Count {
+		return false
+	}
+	return true
 }
 
 // QuotaDocument is the quota in force (for tests and usage).

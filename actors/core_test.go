@@ -117,7 +117,7 @@ func TestPlanEnqueueShedsInDropModeAndFailsClosed(t *testing.T) {
 	}
 }
 
-func TestFailedWriteRestoresTokensAndUnloads(t *testing.T) {
+func TestFailedWriteKeepsTokensSpentAndUnloads(t *testing.T) {
 	c := newTestCore(t, `{"enqueue_rate":"2/h"}`)
 	p := c.PlanEnqueue([]*EnqueueCall{call(c, plain(), plain())}, t0)
 	if len(p.Calls) != 1 {
@@ -128,10 +128,34 @@ func TestFailedWriteRestoresTokensAndUnloads(t *testing.T) {
 		t.Fatal("core still trusts its counts after a failed write")
 	}
 	c.Load(store.Counts{}, nil, t0)
-	// The two tokens came back: the same call is admitted again.
+	// The write may have landed: its tokens stay spent, so a retry is
+	// refused for rate rather than admitted over it.
 	p = c.PlanEnqueue([]*EnqueueCall{call(c, plain(), plain())}, t0)
-	if len(p.Calls) != 1 {
-		t.Fatalf("after a failed write the tokens were lost: %+v", p.Refused)
+	if len(p.Calls) != 0 || len(p.Refused) != 1 || p.Refused[0].Err.Reason != api.ReasonRateLimited {
+		t.Fatalf("retry after a failed write: %d admitted, refusals %+v; want RATE_LIMITED", len(p.Calls), p.Refused)
+	}
+}
+
+func TestReplayOfADeadLetterAnEarlierCallReplaysWaits(t *testing.T) {
+	c := newTestCore(t, `{}`)
+	a := &EnqueueCall{Msg: &Message{}, ReplayIDs: []string{"x"}, Queue: "q"}
+	b := &EnqueueCall{Msg: &Message{}, ReplayIDs: []string{"y", "x"}, Queue: "q"}
+	p := c.PlanEnqueue([]*EnqueueCall{a, b}, t0)
+	if len(p.Calls) != 1 || len(p.Rest) != 1 || p.Rest[0] != b {
+		t.Fatalf("plan: %d calls, rest %d; want b left for after a lands", len(p.Calls), len(p.Rest))
+	}
+}
+
+func TestIdleWaitsForTheBucketToRefill(t *testing.T) {
+	c := newTestCore(t, `{"enqueue_rate":"2/m"}`)
+	p := c.PlanEnqueue([]*EnqueueCall{call(c, plain())}, t0)
+	c.EnqueueDone(&p, results(&p, nil), nil, t0)
+	c.Touch(t0)
+	if c.Idle(t0.Add(10*time.Second), 5*time.Second) {
+		t.Fatal("passivated with a spent token: a fresh actor would start full")
+	}
+	if !c.Idle(t0.Add(31*time.Second), 5*time.Second) {
+		t.Fatal("not idle once the bucket refilled")
 	}
 }
 

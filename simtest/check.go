@@ -263,9 +263,7 @@ func (s *Sim) checkEnqueueReply(st *stepCtx, m *msgRec) {
 			case api.OutcomeShed:
 				sheds++
 			case "":
-				if !s.cfg.Tolerate[BugReplayTwice] {
-					s.violate(InvReply, "m%d answered outcome \"\" for %s", m.id, s.alias(r.ID))
-				}
+				s.violate(InvReply, "m%d answered outcome \"\" for %s", m.id, s.alias(r.ID))
 				continue
 			}
 			outcomes++

@@ -51,34 +51,25 @@ type Config struct {
 	Tolerate map[string]bool
 }
 
-// Known product bugs the simulator found. Each is tolerated by default in
-// RandomConfig (KnownBugs) until fixed; TestKnownBugs shows each still
-// happens, so a fix makes it fail and its tolerance can go.
+// Known product limits the simulator tolerates by default (KnownBugs);
+// TestKnownBugs shows each still happens, so a fix makes it fail and its
+// tolerance can go. Fixed since it found them: tokens refunded after a
+// write that had committed, max_attempts guessed while the queue settings
+// were unreadable, two replays of one dead letter in one group, a heartbeat
+// that shortened a lease, events answered "no jobs" while stopped, counts
+// used after an update write failed.
 const (
-	// BugRefundAfterWrite: a failed enqueue write gives its tokens back
-	// (Core.EnqueueDone restores the bucket), though a store can fail after
-	// committing: jobs that landed spent no tokens, and a retry is admitted
-	// over the rate.
-	BugRefundAfterWrite = "refund-after-write"
-	// BugMaxAttemptsUnread: a core loaded in a step whose snapshot could not
-	// be read (UNAVAILABLE, no queue settings) resolves its running jobs'
-	// max_attempts to the default 20, ignoring the queue's max_attempts.
-	BugMaxAttemptsUnread = "max-attempts-unread"
 	// BugBucketForgotten: the token bucket lives only in the actor's
-	// memory, so an actor that passivates (idle for IdleAfter, a minute by
-	// default), restarts or moves starts again with a full bucket: an
-	// enqueue_rate per minute or hour admits a full burst after each.
+	// memory, so an actor that restarts or moves starts again with a full
+	// bucket: an enqueue_rate per minute or hour may admit one extra burst
+	// after a crash or a move. (Passivation waits for the bucket to refill,
+	// so it does not.)
 	BugBucketForgotten = "bucket-forgotten"
-	// BugReplayTwice: two replays of one dead letter decided in one group
-	// both pass the actor's "is it a dead letter" check; the first makes it
-	// pending, and the second's reply carries outcome "" for it, which is
-	// not an API outcome (and, when the call was shed, next to "shed").
-	BugReplayTwice = "replay-twice"
 )
 
-// KnownBugs are the bugs tolerated by default.
+// KnownBugs are the limits tolerated by default.
 func KnownBugs() map[string]bool {
-	return map[string]bool{BugRefundAfterWrite: true, BugMaxAttemptsUnread: true, BugBucketForgotten: true, BugReplayTwice: true}
+	return map[string]bool{BugBucketForgotten: true}
 }
 
 // BusConfig shapes the simulated NATS.

@@ -415,26 +415,10 @@ func TestKnownBugs(t *testing.T) {
 		bug, inv string
 		tweak    func(*Config)
 	}{
-		{BugRefundAfterWrite, InvRate, func(c *Config) {
-			quotaAll(c, `{"enqueue_rate":"3/s"}`)
-			c.Load.SendEvery = 50e6
-			c.Faults = FaultConfig{AfterWrite: 0.3}
-		}},
 		{BugBucketForgotten, InvRate, func(c *Config) {
 			quotaAll(c, `{"enqueue_rate":"5/m"}`)
 			c.Chaos.RestartEvery, c.Chaos.MoveEvery = time.Second, time.Second
 			c.Faults = FaultConfig{}
-		}},
-		{BugReplayTwice, InvReply, func(c *Config) {
-			quotaAll(c, `{}`)
-			c.Load.Replays, c.Load.Nack, c.Load.NoRetry = 0.5, 0.5, 1
-			c.Load.SendEvery = 30e6
-			c.Bus.StepLatency = 5e6
-		}},
-		{BugMaxAttemptsUnread, InvAttempt, func(c *Config) {
-			c.World.QueueAttempts = map[string]int64{"q1": 1, "q2": 1}
-			c.Load.Nack, c.Load.NoRetry = 0.5, 0
-			c.Faults = FaultConfig{Read: 0.2, AfterWrite: 0.1}
 		}},
 	}
 	for _, tc := range cases {

@@ -577,9 +577,6 @@ func (s *Sim) rateAdmit(nm *nsModel, st *stepCtx, w *writeRec, t time.Time, n in
 	var sum int64
 	for i := len(sr.admits) - 1; i >= 0; i-- {
 		a := sr.admits[i]
-		if a.w.hidden && s.cfg.Tolerate[BugRefundAfterWrite] {
-			continue // refunded though it landed (BugRefundAfterWrite)
-		}
 		sum += a.n
 		allowed := c + c*int64(t.Sub(a.at))/u
 		if sum > allowed {
@@ -712,17 +709,15 @@ func (s *Sim) applyUpdates(st *stepCtx, w *writeRec, p store.JobUpdateManyParams
 			s.violate(InvLease, "%s expired at +%s, its lease runs to +%s", s.alias(u.ID), fmtDur(p.Now.Sub(epoch)), fmtDur(j.leaseUntil.Sub(epoch)))
 		}
 		maxA := nm.maxAttempts(j)
-		// BugMaxAttemptsUnread: the core may have resolved the default.
-		retryMax := maxA
-		if s.cfg.Tolerate[BugMaxAttemptsUnread] && j.maxAttempts == 0 {
-			retryMax = api.DefaultMaxAttempts
-		}
+		// While its settings cannot be read the core retries a job that
+		// has no max_attempts of its own rather than bury it on a guess.
+		unread := st.snapOK && st.snap.Err != nil && j.maxAttempts == 0
 		switch u.Kind {
 		case store.UpdateComplete:
 			nm.setStatus(j, api.StatusCompleted)
 			j.leaseUntil = time.Time{}
 		case store.UpdateRetry:
-			if u.Attempt >= retryMax {
+			if u.Attempt >= maxA && !unread {
 				s.violate(InvAttempt, "%s retried after attempt %d of max_attempts %d", s.alias(u.ID), u.Attempt, maxA)
 			}
 			if lo, hi := backoffBounds(u.Attempt); u.RunAt.Sub(p.Now) < lo || u.RunAt.Sub(p.Now) > hi {
