@@ -224,14 +224,16 @@ func BenchmarkEnqueueSingle32Backlog1M(b *testing.B) {
 
 // BenchmarkNeighbourDuringTrim measures another namespace's single-job
 // enqueue throughput while a namespace 100 000 rows over a new
-// max_archived_rows is trimmed, tick after tick without pause (harsher than
-// any cleanup interval), against the same at rest. Run with a fixed count,
-// e.g. -benchtime 20000x, so both measure the same work.
+// max_archived_rows is trimmed (1000 rows a tick, a tick every 100 ms or
+// 500 ms — 300 and 60 times the default cadence), against the same at rest.
+// Run with a fixed count, e.g. -benchtime 60000x, so all measure the same
+// work.
 func BenchmarkNeighbourDuringTrim(b *testing.B) {
-	for _, trim := range []bool{false, true} {
+	for _, every := range []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond} {
+		trim := every > 0
 		name := "rest"
 		if trim {
-			name = "trim"
+			name = "trim-every-" + every.String()
 		}
 		b.Run(name, func(b *testing.B) {
 			e := start(b)
@@ -271,11 +273,13 @@ func BenchmarkNeighbourDuringTrim(b *testing.B) {
 				c := retention.New(retention.Config{Batch: 1000}, st, nil, nil, nil, nil)
 				go func() {
 					defer close(done)
+					tick := time.NewTicker(every)
+					defer tick.Stop()
 					for {
 						select {
 						case <-stop:
 							return
-						default:
+						case <-tick.C:
 						}
 						res, err := c.RunOnce(ctxb, time.Now())
 						if err != nil {

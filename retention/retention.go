@@ -57,6 +57,10 @@ type Config struct {
 	DeadTTL    time.Duration // default 720h
 	Interval   time.Duration // default 30s
 	Batch      int           // default 1000
+	// Chunk is the most rows one delete removes (default 250): a tick's
+	// batch goes out in several short transactions, so other namespaces'
+	// writes slip in between instead of waiting for one long delete.
+	Chunk int
 	// MaxTTLBatches bounds the TTL batches of one tick (default 100), so a
 	// huge backlog of expired rows is worked off over ticks too.
 	MaxTTLBatches int
@@ -67,6 +71,7 @@ func (c Config) withDefaults() Config {
 	c.DeadTTL = cmp.Or(c.DeadTTL, 720*time.Hour)
 	c.Interval = cmp.Or(c.Interval, 30*time.Second)
 	c.Batch = cmp.Or(c.Batch, 1000)
+	c.Chunk = min(cmp.Or(c.Chunk, 250), c.Batch)
 	c.MaxTTLBatches = cmp.Or(c.MaxTTLBatches, 100)
 	return c
 }
@@ -158,11 +163,18 @@ func (c *Cleaner) RunOnce(ctx context.Context, now time.Time) (Result, error) {
 			if k.keep == nil {
 				continue
 			}
-			n, err := c.store.JobDeleteOverCeiling(ctx, store.JobDeleteOverCeilingParams{
-				Namespace: ns, Status: k.status, Keep: *k.keep, Limit: c.cfg.Batch,
-			})
-			if err != nil {
-				return res, fmt.Errorf("trim %s rows of %s: %w", k.status, ns, err)
+			var n int64
+			for n < int64(c.cfg.Batch) {
+				d, err := c.store.JobDeleteOverCeiling(ctx, store.JobDeleteOverCeilingParams{
+					Namespace: ns, Status: k.status, Keep: *k.keep, Limit: min(c.cfg.Chunk, c.cfg.Batch-int(n)),
+				})
+				if err != nil {
+					return res, fmt.Errorf("trim %s rows of %s: %w", k.status, ns, err)
+				}
+				n += d
+				if d < int64(min(c.cfg.Chunk, c.cfg.Batch-int(n-d))) {
+					break // under the ceiling now
+				}
 			}
 			if n > 0 {
 				if res.Ceiling[ns] == nil {
@@ -176,17 +188,17 @@ func (c *Cleaner) RunOnce(ctx context.Context, now time.Time) (Result, error) {
 	return res, nil
 }
 
-// ttl deletes rows of status that finished before cutoff, a batch at a
-// time, until a batch comes back short (or the tick's bound).
+// ttl deletes rows of status that finished before cutoff, a chunk at a
+// time, until a chunk comes back short (or the tick's bound).
 func (c *Cleaner) ttl(ctx context.Context, status api.Status, cutoff time.Time) (int64, error) {
 	var total int64
-	for i := 0; i < c.cfg.MaxTTLBatches; i++ {
-		n, err := c.store.JobDeleteFinishedBefore(ctx, store.JobDeleteFinishedBeforeParams{Status: status, Before: cutoff, Limit: c.cfg.Batch})
+	for i := 0; i < c.cfg.MaxTTLBatches*c.cfg.Batch/c.cfg.Chunk; i++ {
+		n, err := c.store.JobDeleteFinishedBefore(ctx, store.JobDeleteFinishedBeforeParams{Status: status, Before: cutoff, Limit: c.cfg.Chunk})
 		if err != nil {
 			return total, fmt.Errorf("ttl sweep of %s jobs: %w", status, err)
 		}
 		total += n
-		if n < int64(c.cfg.Batch) {
+		if n < int64(c.cfg.Chunk) {
 			break
 		}
 	}
