@@ -74,19 +74,30 @@ func BenchmarkEnqueueBatch100(b *testing.B) {
 func BenchmarkClaimAck32(b *testing.B) {
 	e := start(b)
 	tn := e.tenant("acme")
+	fillQueue(b, tn.p, b.N)
+	parallelClaimAck(b, benchClients(b, e, tn.worker, 32))
+}
+
+// fillQueue enqueues n jobs into queue bench, 1000 a call.
+func fillQueue(b *testing.B, c *client.Client, n int) {
 	jobs := make([]api.Job, 1000)
 	for i := range jobs {
 		jobs[i] = api.Job{Queue: "bench", Task: "t"}
 	}
-	for n := 0; n < b.N; n += 1000 {
-		if _, err := tn.p.EnqueueMany(context.Background(), jobs[:min(1000, b.N-n)]); err != nil {
+	for done := 0; done < n; done += 1000 {
+		if _, err := c.EnqueueMany(context.Background(), jobs[:min(1000, n-done)]); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// parallelClaimAck claims (one job a claim) and acks b.N jobs of queue
+// bench with one worker per client.
+func parallelClaimAck(b *testing.B, cs []*client.Client) {
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
-	for _, c := range benchClients(b, e, tn.worker, 32) {
+	for _, c := range cs {
 		wg.Add(1)
 		go func(c *client.Client) {
 			defer wg.Done()
@@ -222,89 +233,96 @@ func BenchmarkEnqueueSingle32Backlog1M(b *testing.B) {
 	parallelEnqueue(b, benchClients(b, e, tn.producer, 32), 1)
 }
 
-// BenchmarkNeighbourDuringTrim measures another namespace's single-job
-// enqueue throughput while a namespace 100 000 rows over a new
-// max_archived_rows is trimmed (1000 rows a tick, a tick every 100 ms or
-// 500 ms — 300 and 60 times the default cadence), against the same at rest.
+// BenchmarkNeighbourDuringTrim measures another namespace's throughput —
+// single-job enqueues, and claim+ack — while a namespace 100 000 rows over a
+// new max_archived_rows is trimmed (1000 rows a tick, a tick every 100 ms or
+// 500 ms: 300 and 60 times the default cadence), against the same at rest.
 // Run with a fixed count, e.g. -benchtime 60000x, so all measure the same
 // work.
 func BenchmarkNeighbourDuringTrim(b *testing.B) {
-	for _, every := range []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond} {
-		trim := every > 0
-		name := "rest"
-		if trim {
-			name = "trim-every-" + every.String()
+	for _, work := range []string{"enqueue", "claim-ack"} {
+		for _, every := range []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond} {
+			name := "rest"
+			if every > 0 {
+				name = "trim-every-" + every.String()
+			}
+			b.Run(work+"/"+name, func(b *testing.B) { neighbourDuringTrim(b, work, every) })
 		}
-		b.Run(name, func(b *testing.B) {
-			e := start(b)
-			st := e.node.Store
-			ctxb := context.Background()
-			ids := actors.NewIDGen(rand.New(rand.NewPCG(2, 2)))
-			now := time.Now().Add(-time.Hour)
-			for n := 0; n < 100_000; n += 1000 {
-				jobs := make([]store.NewJob, 1000)
-				for i := range jobs {
-					jobs[i] = store.NewJob{ID: ids.New(now), Generated: true, Queue: "q", Task: "t", RunAt: now}
-				}
-				if _, err := st.JobEnqueueMany(ctxb, store.JobEnqueueManyParams{Namespace: "big", Now: now, Calls: []store.EnqueueCall{{Jobs: jobs}}}); err != nil {
-					b.Fatal(err)
-				}
-				got, err := st.JobClaimMany(ctxb, store.JobClaimManyParams{Namespace: "big", Now: now, Claims: []store.ClaimSpec{{Queues: []string{"q"}, Max: 1000, LeaseUntil: now.Add(time.Hour)}}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				ups := make([]store.JobUpdate, len(got[0]))
-				for i, j := range got[0] {
-					ups[i] = store.JobUpdate{ID: j.ID, Attempt: j.Attempt, Kind: store.UpdateComplete}
-				}
-				if _, err := st.JobUpdateMany(ctxb, store.JobUpdateManyParams{Namespace: "big", Now: now, Updates: ups}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			big := e.tenant("big")
-			e.setQuota(big.admin, `{"max_archived_rows":0}`)
-			other := e.tenant("other")
-			clients := benchClients(b, e, other.producer, 32)
-			stop := make(chan struct{})
-			var ticks atomic.Int64
-			var trimmed atomic.Int64
-			done := make(chan struct{})
-			if trim {
-				c := retention.New(retention.Config{Batch: 1000}, st, nil, nil, nil, nil)
-				go func() {
-					defer close(done)
-					tick := time.NewTicker(every)
-					defer tick.Stop()
-					for {
-						select {
-						case <-stop:
-							return
-						case <-tick.C:
-						}
-						res, err := c.RunOnce(ctxb, time.Now())
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						n := res.Ceiling["big"][api.StatusCompleted]
-						if n > 1000 {
-							b.Errorf("a tick deleted %d rows, more than the batch", n)
-						}
-						if n == 0 {
-							return
-						}
-						ticks.Add(1)
-						trimmed.Add(n)
-					}
-				}()
-			} else {
-				close(done)
-			}
-			parallelEnqueue(b, clients, 1)
-			close(stop)
-			<-done
-			b.ReportMetric(float64(ticks.Load()), "trim-ticks")
-			b.ReportMetric(float64(trimmed.Load()), "rows-trimmed")
-		})
 	}
+}
+
+func neighbourDuringTrim(b *testing.B, work string, every time.Duration) {
+	e := start(b)
+	st := e.node.Store
+	ctxb := context.Background()
+	ids := actors.NewIDGen(rand.New(rand.NewPCG(2, 2)))
+	now := time.Now().Add(-time.Hour)
+	for n := 0; n < 100_000; n += 1000 {
+		jobs := make([]store.NewJob, 1000)
+		for i := range jobs {
+			jobs[i] = store.NewJob{ID: ids.New(now), Generated: true, Queue: "q", Task: "t", RunAt: now}
+		}
+		if _, err := st.JobEnqueueMany(ctxb, store.JobEnqueueManyParams{Namespace: "big", Now: now, Calls: []store.EnqueueCall{{Jobs: jobs}}}); err != nil {
+			b.Fatal(err)
+		}
+		got, err := st.JobClaimMany(ctxb, store.JobClaimManyParams{Namespace: "big", Now: now, Claims: []store.ClaimSpec{{Queues: []string{"q"}, Max: 1000, LeaseUntil: now.Add(time.Hour)}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ups := make([]store.JobUpdate, len(got[0]))
+		for i, j := range got[0] {
+			ups[i] = store.JobUpdate{ID: j.ID, Attempt: j.Attempt, Kind: store.UpdateComplete}
+		}
+		if _, err := st.JobUpdateMany(ctxb, store.JobUpdateManyParams{Namespace: "big", Now: now, Updates: ups}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	big := e.tenant("big")
+	e.setQuota(big.admin, `{"max_archived_rows":0}`)
+	other := e.tenant("other")
+	if work == "claim-ack" {
+		fillQueue(b, other.p, b.N)
+	}
+	var ticks, trimmed atomic.Int64
+	stop, done := make(chan struct{}), make(chan struct{})
+	if every > 0 {
+		c := retention.New(retention.Config{Batch: 1000}, st, nil, nil, nil, nil)
+		go func() {
+			defer close(done)
+			tick := time.NewTicker(every)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				res, err := c.RunOnce(ctxb, time.Now())
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				n := res.Ceiling["big"][api.StatusCompleted]
+				if n > 1000 {
+					b.Errorf("a tick deleted %d rows, more than the batch", n)
+				}
+				if n == 0 {
+					return
+				}
+				ticks.Add(1)
+				trimmed.Add(n)
+			}
+		}()
+	} else {
+		close(done)
+	}
+	if work == "enqueue" {
+		parallelEnqueue(b, benchClients(b, e, other.producer, 32), 1)
+	} else {
+		parallelClaimAck(b, benchClients(b, e, other.worker, 32))
+	}
+	close(stop)
+	<-done
+	b.ReportMetric(float64(ticks.Load()), "trim-ticks")
+	b.ReportMetric(float64(trimmed.Load()), "rows-trimmed")
 }
