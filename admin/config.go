@@ -277,15 +277,20 @@ func (s *Server) createTrigger(r *http.Request, p auth.Principal) (int, any, err
 }
 
 func (s *Server) deleteTrigger(r *http.Request, p auth.Principal) (int, any, error) {
-	id := r.PathValue("id")
-	err := s.d.Store.ConfigDelete(r.Context(), p.Namespace, store.KindTrigger, id)
+	return s.deleteItem(r, p, store.KindTrigger, r.PathValue("id"), "trigger")
+}
+
+// deleteItem removes one configuration item of the namespace and tells
+// every node.
+func (s *Server) deleteItem(r *http.Request, p auth.Principal, kind, name, what string) (int, any, error) {
+	err := s.d.Store.ConfigDelete(r.Context(), p.Namespace, kind, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return 0, nil, api.Errorf(api.CodeNotFound, "", "trigger %q not found", id)
+		return 0, nil, api.Errorf(api.CodeNotFound, "", "%s %q not found", what, name)
 	}
 	if err != nil {
 		return 0, nil, storeErr(err)
 	}
-	s.configChanged(p.Namespace, store.KindTrigger)
+	s.configChanged(p.Namespace, kind)
 	return http.StatusOK, api.Empty{}, nil
 }
 
@@ -351,16 +356,7 @@ func (s *Server) createPeriodic(r *http.Request, p auth.Principal) (int, any, er
 }
 
 func (s *Server) deletePeriodic(r *http.Request, p auth.Principal) (int, any, error) {
-	name := r.PathValue("name")
-	err := s.d.Store.ConfigDelete(r.Context(), p.Namespace, store.KindPeriodic, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return 0, nil, api.Errorf(api.CodeNotFound, "", "periodic job %q not found", name)
-	}
-	if err != nil {
-		return 0, nil, storeErr(err)
-	}
-	s.configChanged(p.Namespace, store.KindPeriodic)
-	return http.StatusOK, api.Empty{}, nil
+	return s.deleteItem(r, p, store.KindPeriodic, r.PathValue("name"), "periodic job")
 }
 
 // settingsDoc is a queue's or task's settings document.

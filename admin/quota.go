@@ -231,18 +231,8 @@ func (s *Server) replay(r *http.Request, p auth.Principal) (int, any, error) {
 	if err := decodeJSON(r, &req); err != nil {
 		return 0, nil, err
 	}
-	if len(req.IDs) == 0 {
-		return 0, nil, api.InvalidArgument("ids: must name at least one dead letter")
-	}
-	if len(req.IDs) > api.MaxJobsPerCall {
-		return 0, nil, api.InvalidArgument("ids: at most %d per call, got %d", api.MaxJobsPerCall, len(req.IDs))
-	}
-	seen := map[string]bool{}
-	for _, id := range req.IDs {
-		if seen[id] {
-			return 0, nil, api.InvalidArgument("ids: %q given twice", id)
-		}
-		seen[id] = true
+	if err := req.Validate(); err != nil {
+		return 0, nil, err
 	}
 	body, err := s.ask(r.Context(), p.Namespace, actors.OpReplay, &req)
 	return http.StatusOK, body, err

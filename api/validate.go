@@ -114,3 +114,25 @@ func Decode(body []byte, v any) error {
 	}
 	return nil
 }
+
+// Validate checks a replay request: 1..MaxJobsPerCall distinct, non-empty
+// ids.
+func (r *ReplayRequest) Validate() error {
+	if len(r.IDs) == 0 {
+		return InvalidArgument("ids: must name at least one dead letter")
+	}
+	if len(r.IDs) > MaxJobsPerCall {
+		return InvalidArgument("ids: at most %d per call, got %d", MaxJobsPerCall, len(r.IDs))
+	}
+	seen := make(map[string]bool, len(r.IDs))
+	for _, id := range r.IDs {
+		if id == "" {
+			return InvalidArgument("ids: must not hold an empty id")
+		}
+		if seen[id] {
+			return InvalidArgument("ids: %q given twice", id)
+		}
+		seen[id] = true
+	}
+	return nil
+}

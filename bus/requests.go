@@ -115,25 +115,7 @@ func (r *eventRequest) body() any { return (*api.EventRequest)(r) }
 
 type replayRequest api.ReplayRequest
 
-func (r *replayRequest) validate() error {
-	if len(r.IDs) == 0 {
-		return api.InvalidArgument("ids: must name at least one dead letter")
-	}
-	if len(r.IDs) > api.MaxJobsPerCall {
-		return api.InvalidArgument("ids: at most %d per call, got %d", api.MaxJobsPerCall, len(r.IDs))
-	}
-	seen := make(map[string]bool, len(r.IDs))
-	for _, id := range r.IDs {
-		if id == "" {
-			return api.InvalidArgument("ids: must not hold an empty id")
-		}
-		if seen[id] {
-			return api.InvalidArgument("ids: %q given twice", id)
-		}
-		seen[id] = true
-	}
-	return nil
-}
+func (r *replayRequest) validate() error { return (*api.ReplayRequest)(r).Validate() }
 
 func (r *replayRequest) body() any { return (*api.ReplayRequest)(r) }
 

@@ -317,21 +317,7 @@ func (s *PostgresServer) Stop() error {
 		if s.admin != nil {
 			s.admin.Close()
 		}
-		if s.cmd != nil {
-			_ = s.cmd.Process.Signal(syscall.SIGINT)
-			select {
-			case <-s.exited:
-			case <-time.After(10 * time.Second):
-				_ = s.cmd.Process.Kill()
-				<-s.exited
-				s.stopErr = fmt.Errorf("postgres did not stop within 10s; killed")
-			}
-		}
-		if s.dir != "" {
-			if err := os.RemoveAll(s.dir); err != nil && s.stopErr == nil {
-				s.stopErr = err
-			}
-		}
+		s.stopErr = stopProcess(s.cmd, s.exited, syscall.SIGINT, "postgres", s.dir)
 	})
 	return s.stopErr
 }

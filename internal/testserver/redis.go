@@ -347,21 +347,7 @@ func (s *RedisServer) Stop() error {
 		if s.admin != nil {
 			s.admin.Close()
 		}
-		if s.cmd != nil {
-			_ = s.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-s.exited:
-			case <-time.After(10 * time.Second):
-				_ = s.cmd.Process.Kill()
-				<-s.exited
-				s.stopErr = errors.New("redis-server did not stop within 10s; killed")
-			}
-		}
-		if s.dir != "" {
-			if err := os.RemoveAll(s.dir); err != nil && s.stopErr == nil {
-				s.stopErr = err
-			}
-		}
+		s.stopErr = stopProcess(s.cmd, s.exited, syscall.SIGTERM, "redis-server", s.dir)
 	})
 	return s.stopErr
 }
