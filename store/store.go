@@ -79,6 +79,25 @@ type JobStore interface {
 	JobDeleteOverCeiling(ctx context.Context, p JobDeleteOverCeilingParams) (int64, error)
 }
 
+// StepTx is one write transaction over several calls, committed or rolled
+// back as one: a namespace actor's step, so the step's acks, enqueues and
+// claims cost one commit. Its reads see its writes. Once a call fails, the
+// transaction is rolled back and every later call fails too.
+type StepTx interface {
+	JobEnqueueMany(ctx context.Context, p JobEnqueueManyParams) ([][]api.EnqueueResult, error)
+	JobClaimMany(ctx context.Context, p JobClaimManyParams) ([][]Job, error)
+	JobUpdateMany(ctx context.Context, p JobUpdateManyParams) (applied []bool, err error)
+	JobGet(ctx context.Context, namespace, id string) (Job, error)
+	JobCount(ctx context.Context, namespace string) (Counts, error)
+	JobNextRunAt(ctx context.Context, namespace string, queues []string) (next time.Time, ok bool, err error)
+	JobListRunning(ctx context.Context, namespace string) ([]Job, error)
+	// Commit makes the writes durable; after a failed call it returns
+	// that call's error and writes nothing.
+	Commit(ctx context.Context) error
+	// Rollback undoes the writes; after Commit it does nothing.
+	Rollback()
+}
+
 // Job is a job row.
 type Job struct {
 	Namespace string

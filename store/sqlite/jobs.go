@@ -367,8 +367,12 @@ const admissionShedMeta = `{"shed":"quota"}`
 
 // JobEnqueueMany writes a group of calls in one transaction.
 func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
+	return s.jobEnqueueMany(ctx, s.tx, p)
+}
+
+func (s *Store) jobEnqueueMany(ctx context.Context, run txRunner, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
 	var out [][]api.EnqueueResult
-	err := s.tx(ctx, "JobEnqueueMany", func(tx *wtx, step func() error) error {
+	err := run(ctx, "JobEnqueueMany", func(tx *wtx, step func() error) error {
 		out = make([][]api.EnqueueResult, len(p.Calls))
 		e := &enqueuer{s: s, ctx: ctx, tx: tx, ns: p.Namespace, now: p.Now, step: step}
 		for i, c := range p.Calls {
@@ -448,14 +452,51 @@ const (
 	ORDER BY priority DESC, run_at, seq LIMIT `
 )
 
+// claimSQL hands out the jobs of a group: its argument is a JSON array of
+// [seq, lease_until, worker]. An empty worker is stored as NULL.
+const claimSQL = `UPDATE jobs SET status = 1, attempt = attempt + 1,
+	lease_until = c.value ->> 1, worker = NULLIF(c.value ->> 2, '')
+	FROM json_each(?) AS c
+	WHERE jobs.seq = c.value ->> 0 AND jobs.status = 0
+	RETURNING ` + jobCols
+
+// ackSQL completes running jobs without a result: its last argument is a
+// JSON array of [id, attempt]. CROSS JOIN keeps the array outside, so each
+// entry is one index lookup (left alone, the planner walks every running
+// job of the namespace per entry).
+const ackSQL = `UPDATE jobs SET status = 2, result = NULL, finished_at = ?1, lease_until = NULL
+	WHERE seq IN (SELECT j.seq FROM json_each(?3) AS u CROSS JOIN jobs AS j
+		WHERE j.namespace = ?2 AND j.id = u.value ->> 0 AND j.status = 1 AND j.attempt = u.value ->> 1)
+	RETURNING id`
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
 // pageSizes are the page sizes a group may read, each its own statement:
-// the smallest that holds what the group still wants, plus a little for
-// jobs the gate holds back.
-var pageSizes = [...]int{8, 32, 128, 512}
+// the smallest that holds what the group still wants, plus an eighth for
+// jobs the gate holds back. Every row read beyond what is taken is wasted
+// work on the hot path, hence the fine steps.
+var pageSizes = [...]int{2, 4, 8, 16, 32, 64, 128, 256, 512}
 
 func pageSize(want int) int {
+	want += want/8 + 1
 	for _, n := range pageSizes {
-		if want+4 <= n {
+		if want <= n {
 			return n
 		}
 	}
@@ -510,8 +551,12 @@ func (s *Store) fetch(ctx context.Context, tx *wtx, ns string, c *cursor, skip m
 
 // JobClaimMany hands out due jobs for each claim in one transaction.
 func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
+	return s.jobClaimMany(ctx, s.tx, p)
+}
+
+func (s *Store) jobClaimMany(ctx context.Context, run txRunner, p store.JobClaimManyParams) ([][]store.Job, error) {
 	var out [][]store.Job
-	err := s.tx(ctx, "JobClaimMany", func(tx *wtx, step func() error) error {
+	err := run(ctx, "JobClaimMany", func(tx *wtx, step func() error) error {
 		out = make([][]store.Job, len(p.Claims))
 		skipTask := map[string]bool{}
 		for _, t := range p.ExcludeTasks {
@@ -528,6 +573,11 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 			remaining += c.Max
 		}
 		cursors := map[string]*cursor{}
+		type pick struct {
+			seq   int64
+			claim int
+		}
+		var picks []pick
 		for ci, claim := range p.Claims {
 			if stopped {
 				break
@@ -600,23 +650,56 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 				taken = append(taken, cd.seq)
 			}
 			remaining -= claim.Max
-			if len(taken) == 0 {
-				continue
+			for _, seq := range taken {
+				picks = append(picks, pick{seq: seq, claim: ci})
 			}
-			if err := step(); err != nil {
+		}
+		if len(picks) == 0 {
+			return nil
+		}
+		if err := step(); err != nil {
+			return err
+		}
+		// One statement hands out every job the group picked: per-row
+		// statements cost more than the rows they write.
+		arg := make([]byte, 0, 16+len(picks)*48)
+		arg = append(arg, '[')
+		for i, pk := range picks {
+			if i > 0 {
+				arg = append(arg, ',')
+			}
+			claim := &p.Claims[pk.claim]
+			arg = append(arg, '[')
+			arg = strconv.AppendInt(arg, pk.seq, 10)
+			arg = append(arg, ',')
+			arg = strconv.AppendInt(arg, nanos(claim.LeaseUntil), 10)
+			arg = append(arg, ',')
+			arg = appendJSONString(arg, claim.Worker)
+			arg = append(arg, ']')
+		}
+		arg = append(arg, ']')
+		rows, err := tx.QueryContext(ctx, claimSQL, string(arg))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		bySeq := make(map[int64]store.Job, len(picks))
+		for rows.Next() {
+			j, err := scanJob(rows)
+			if err != nil {
 				return err
 			}
-			jobs := make([]store.Job, 0, len(taken))
-			for _, seq := range taken {
-				row := tx.QueryRowContext(ctx, `UPDATE jobs SET status = 1, attempt = attempt + 1, lease_until = ?, worker = ?
-					WHERE seq = ? AND status = 0 RETURNING `+jobCols, nanos(claim.LeaseUntil), nullString(claim.Worker), seq)
-				j, err := scanJob(row)
-				if err != nil {
-					return fmt.Errorf("claim seq %d: %w", seq, err)
-				}
-				jobs = append(jobs, j)
+			bySeq[j.Seq] = j
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, pk := range picks {
+			j, ok := bySeq[pk.seq]
+			if !ok {
+				return fmt.Errorf("claim seq %d: %w", pk.seq, sql.ErrNoRows)
 			}
-			out[ci] = jobs
+			out[pk.claim] = append(out[pk.claim], j)
 		}
 		return nil
 	})
@@ -631,11 +714,28 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 
 // JobUpdateMany applies acks, nacks, extensions and expiries.
 func (s *Store) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
+	return s.jobUpdateMany(ctx, s.tx, p)
+}
+
+func (s *Store) jobUpdateMany(ctx context.Context, run txRunner, p store.JobUpdateManyParams) ([]bool, error) {
 	var applied []bool
-	err := s.tx(ctx, "JobUpdateMany", func(tx *wtx, step func() error) error {
+	err := run(ctx, "JobUpdateMany", func(tx *wtx, step func() error) error {
 		applied = make([]bool, len(p.Updates))
 		now := nanos(p.Now)
+		// Plain acks (no result) of jobs named once in the group go in one
+		// statement, after the others: per-row statements cost more than
+		// the rows they write. A job named twice keeps the order of its
+		// updates, row by row.
+		times := make(map[string]int, len(p.Updates))
+		for _, u := range p.Updates {
+			times[u.ID]++
+		}
+		var acks []int
 		for i, u := range p.Updates {
+			if u.Kind == store.UpdateComplete && u.Result == nil && times[u.ID] == 1 {
+				acks = append(acks, i)
+				continue
+			}
 			if err := step(); err != nil {
 				return err
 			}
@@ -678,6 +778,44 @@ func (s *Store) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) 
 			}
 			applied[i] = n > 0
 		}
+		if len(acks) == 0 {
+			return nil
+		}
+		if err := step(); err != nil {
+			return err
+		}
+		arg := make([]byte, 0, 16+len(acks)*40)
+		arg = append(arg, '[')
+		for k, i := range acks {
+			if k > 0 {
+				arg = append(arg, ',')
+			}
+			arg = append(arg, '[')
+			arg = appendJSONString(arg, p.Updates[i].ID)
+			arg = append(arg, ',')
+			arg = strconv.AppendInt(arg, p.Updates[i].Attempt, 10)
+			arg = append(arg, ']')
+		}
+		arg = append(arg, ']')
+		rows, err := tx.QueryContext(ctx, ackSQL, now, p.Namespace, string(arg))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		done := make(map[string]bool, len(acks))
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			done[id] = true
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, i := range acks {
+			applied[i] = done[p.Updates[i].ID]
+		}
 		return nil
 	})
 	if err != nil {
@@ -691,7 +829,11 @@ func (s *Store) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) 
 
 // JobGet returns one job.
 func (s *Store) JobGet(ctx context.Context, namespace, id string) (store.Job, error) {
-	row := s.r.QueryRowContext(ctx, `SELECT `+jobCols+` FROM jobs WHERE namespace = ? AND id = ?`, namespace, id)
+	return s.jobGet(ctx, s.r, namespace, id)
+}
+
+func (s *Store) jobGet(ctx context.Context, q querier, namespace, id string) (store.Job, error) {
+	row := q.QueryRowContext(ctx, `SELECT `+jobCols+` FROM jobs WHERE namespace = ? AND id = ?`, namespace, id)
 	j, err := scanJob(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return j, fmt.Errorf("job %q: %w", id, store.ErrNotFound)
@@ -745,7 +887,11 @@ func (s *Store) JobList(ctx context.Context, p store.JobListParams) ([]store.Job
 }
 
 func (s *Store) jobs(ctx context.Context, op, query string, args ...any) ([]store.Job, error) {
-	rows, err := s.r.QueryContext(ctx, query, args...)
+	return queryJobs(ctx, s.r, op, query, args...)
+}
+
+func queryJobs(ctx context.Context, q querier, op, query string, args ...any) ([]store.Job, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
@@ -766,16 +912,21 @@ func (s *Store) jobs(ctx context.Context, op, query string, args ...any) ([]stor
 
 // JobCount counts by status, each status through its own partial index.
 func (s *Store) JobCount(ctx context.Context, namespace string) (store.Counts, error) {
+	// One read transaction: the counts are one snapshot.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return store.Counts{}, fmt.Errorf("sqlite: JobCount: %w", err)
+	}
+	defer tx.Rollback()
+	return jobCount(ctx, tx, namespace)
+}
+
+// jobCount counts inside q's transaction.
+func jobCount(ctx context.Context, tx querier, namespace string) (store.Counts, error) {
 	var (
 		c         store.Counts
 		scheduled int64
 	)
-	// One read transaction: the counts are one snapshot.
-	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return c, fmt.Errorf("sqlite: JobCount: %w", err)
-	}
-	defer tx.Rollback()
 	for _, q := range []struct {
 		dst   *int64
 		query string
@@ -796,13 +947,17 @@ func (s *Store) JobCount(ctx context.Context, namespace string) (store.Counts, e
 
 // JobNextRunAt returns the earliest run_at among the queues' scheduled jobs.
 func (s *Store) JobNextRunAt(ctx context.Context, namespace string, queues []string) (time.Time, bool, error) {
+	return jobNextRunAt(ctx, s.r, namespace, queues)
+}
+
+func jobNextRunAt(ctx context.Context, r querier, namespace string, queues []string) (time.Time, bool, error) {
 	var (
 		next  time.Time
 		found bool
 	)
 	if len(queues) == 0 {
 		var n sql.NullInt64
-		if err := s.r.QueryRowContext(ctx, `SELECT MIN(run_at) FROM jobs INDEXED BY jobs_scheduled_ns
+		if err := r.QueryRowContext(ctx, `SELECT MIN(run_at) FROM jobs INDEXED BY jobs_scheduled_ns
 			WHERE namespace = ? AND status = 4`, namespace).Scan(&n); err != nil {
 			return time.Time{}, false, fmt.Errorf("sqlite: JobNextRunAt: %w", err)
 		}
@@ -810,7 +965,7 @@ func (s *Store) JobNextRunAt(ctx context.Context, namespace string, queues []str
 	}
 	for _, q := range queues {
 		var n sql.NullInt64
-		if err := s.r.QueryRowContext(ctx, `SELECT MIN(run_at) FROM jobs INDEXED BY jobs_scheduled
+		if err := r.QueryRowContext(ctx, `SELECT MIN(run_at) FROM jobs INDEXED BY jobs_scheduled
 			WHERE namespace = ? AND queue = ? AND status = 4`, namespace, q).Scan(&n); err != nil {
 			return time.Time{}, false, fmt.Errorf("sqlite: JobNextRunAt: %w", err)
 		}
@@ -823,8 +978,10 @@ func (s *Store) JobNextRunAt(ctx context.Context, namespace string, queues []str
 
 // JobListRunning lists a namespace's running jobs.
 func (s *Store) JobListRunning(ctx context.Context, namespace string) ([]store.Job, error) {
-	return s.jobs(ctx, "JobListRunning", `SELECT `+jobCols+` FROM jobs WHERE namespace = ? AND status = 1 ORDER BY seq`, namespace)
+	return queryJobs(ctx, s.r, "JobListRunning", listRunningSQL, namespace)
 }
+
+const listRunningSQL = `SELECT ` + jobCols + ` FROM jobs WHERE namespace = ? AND status = 1 ORDER BY seq`
 
 // JobListDeadRetryable lists dead letters due for an auto-retry.
 func (s *Store) JobListDeadRetryable(ctx context.Context, p store.JobListDeadRetryableParams) ([]store.Job, error) {

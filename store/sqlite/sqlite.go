@@ -92,7 +92,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "foreign_keys(0)")
-	q.Add("_pragma", "cache_size(-65536)")
+	q.Add("_pragma", "cache_size(-8192)")
 	q.Add("_pragma", "temp_store(memory)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous("+sync+")")
