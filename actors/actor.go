@@ -96,15 +96,30 @@ type Actor struct {
 	deps  *Deps
 	log   *slog.Logger
 	lastP time.Time // last safety poll
+
+	// store is where the current step reads and writes: the step's
+	// transaction when the store can run one, else the store itself.
+	store Store
+	box   outbox
+}
+
+// stepper is a store that runs a whole step as one transaction
+// (store/sqlite): the step's acks, enqueues and claims share one commit,
+// and its answers wait for it.
+type stepper interface {
+	BeginStep(ctx context.Context) store.StepTx
 }
 
 // NewActor builds a namespace's actor.
 func NewActor(ns string, core *Core, deps *Deps) *Actor {
-	return &Actor{ns: ns, core: core, mbox: newMailbox(), deps: deps, log: deps.Log.With("namespace", ns)}
+	return &Actor{ns: ns, core: core, mbox: newMailbox(), deps: deps, log: deps.Log.With("namespace", ns), store: deps.Store}
 }
 
 // Send queues a message.
-func (a *Actor) Send(m *Message) { a.mbox.push(m) }
+func (a *Actor) Send(m *Message) {
+	m.box = &a.box
+	a.mbox.push(m)
+}
 
 // Core exposes the state machine (tests and simulations).
 func (a *Actor) Core() *Core { return a.core }
@@ -119,19 +134,43 @@ func (a *Actor) Pending() int { return a.mbox.len() }
 // store: the actor restarts in place.
 func (a *Actor) Step(ctx context.Context, now time.Time) {
 	msgs := a.mbox.drain(maxDrain)
+	var tx store.StepTx
+	if sp, ok := a.deps.Store.(stepper); ok {
+		tx = sp.BeginStep(ctx)
+		a.store = tx
+		a.box.holding = true
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			a.log.Error("namespace actor panicked; rebuilding from the store", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			internal := api.Errorf(api.CodeInternal, "", "internal error")
+			if tx != nil {
+				tx.Rollback()
+				a.store = a.deps.Store
+				a.box.release(internal)
+			}
 			for _, m := range msgs {
-				m.respond(nil, api.Errorf(api.CodeInternal, "", "internal error"))
+				m.respond(nil, internal)
 			}
 			for _, w := range a.core.DropWaiters() {
-				w.Msg.respond(nil, api.Errorf(api.CodeInternal, "", "internal error"))
+				w.Msg.respond(nil, internal)
 			}
 			a.core = NewCore(a.ns, a.core.rng)
 		}
 	}()
 	a.step(ctx, msgs, now)
+	if tx != nil {
+		a.store = a.deps.Store
+		if err := tx.Commit(ctx); err != nil {
+			// Nothing of the step happened: its answers say so, and the
+			// counts it changed are read again.
+			a.log.Warn("step commit failed", "err", err)
+			a.core.Unload()
+			a.box.release(StoreError(err))
+			return
+		}
+		a.box.release(nil)
+	}
 }
 
 func (a *Actor) step(ctx context.Context, msgs []*Message, now time.Time) {
@@ -213,11 +252,11 @@ func (a *Actor) step(ctx context.Context, msgs []*Message, now time.Time) {
 }
 
 func (a *Actor) load(ctx context.Context, now time.Time) error {
-	counts, err := a.deps.Store.JobCount(ctx, a.ns)
+	counts, err := a.store.JobCount(ctx, a.ns)
 	if err != nil {
 		return err
 	}
-	running, err := a.deps.Store.JobListRunning(ctx, a.ns)
+	running, err := a.store.JobListRunning(ctx, a.ns)
 	if err != nil {
 		return err
 	}
@@ -230,7 +269,7 @@ func (a *Actor) load(ctx context.Context, now time.Time) error {
 func (a *Actor) replayCall(ctx context.Context, m *Message, req *api.ReplayRequest) *EnqueueCall {
 	call := &EnqueueCall{Msg: m, ReplayIDs: req.IDs, AutoRetry: m.AutoRetry}
 	for i, id := range req.IDs {
-		j, err := a.deps.Store.JobGet(ctx, a.ns, id)
+		j, err := a.store.JobGet(ctx, a.ns, id)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			m.respond(nil, UnknownJob(id))
@@ -260,7 +299,7 @@ func (a *Actor) updates(ctx context.Context, calls []*UpdateCall, now time.Time)
 	}
 	for _, u := range p.Unknown {
 		id := updateID(u)
-		j, err := a.deps.Store.JobGet(ctx, a.ns, id)
+		j, err := a.store.JobGet(ctx, a.ns, id)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			u.Msg.respond(nil, UnknownJob(id))
@@ -276,7 +315,7 @@ func (a *Actor) updates(ctx context.Context, calls []*UpdateCall, now time.Time)
 		err     error
 	)
 	if len(p.Params.Updates) > 0 {
-		applied, err = a.deps.Store.JobUpdateMany(ctx, p.Params)
+		applied, err = a.store.JobUpdateMany(ctx, p.Params)
 		if err != nil {
 			a.log.Warn("update write failed", "err", err)
 		}
@@ -308,7 +347,7 @@ func (a *Actor) enqueues(ctx context.Context, calls []*EnqueueCall, now time.Tim
 		if len(p.Calls) == 0 {
 			continue
 		}
-		results, err := a.deps.Store.JobEnqueueMany(ctx, p.Params)
+		results, err := a.store.JobEnqueueMany(ctx, p.Params)
 		c.EnqueueDone(&p, results, err, now)
 		if err != nil {
 			a.log.Warn("enqueue write failed", "err", err)
@@ -368,7 +407,7 @@ func reasonOf(shedError string) api.Reason {
 func (a *Actor) claims(ctx context.Context, calls []*ClaimCall, now time.Time) {
 	c := a.core
 	if c.NeedsPromoteTime() {
-		next, ok, err := a.deps.Store.JobNextRunAt(ctx, a.ns, nil)
+		next, ok, err := a.store.JobNextRunAt(ctx, a.ns, nil)
 		if err == nil {
 			c.SetPromoteTime(next, ok)
 		}
@@ -379,7 +418,7 @@ func (a *Actor) claims(ctx context.Context, calls []*ClaimCall, now time.Time) {
 		err     error
 	)
 	if len(p.Calls) > 0 {
-		results, err = a.deps.Store.JobClaimMany(ctx, p.Params)
+		results, err = a.store.JobClaimMany(ctx, p.Params)
 		c.ClaimDone(&p, results, err)
 		if err != nil {
 			a.log.Warn("claim write failed", "err", err)
@@ -433,7 +472,7 @@ func (a *Actor) claims(ctx context.Context, calls []*ClaimCall, now time.Time) {
 		)
 		if len(queues) > 0 && c.Snapshot().Err == nil {
 			var err error
-			if next, ok, err = a.deps.Store.JobNextRunAt(ctx, a.ns, queues); err != nil {
+			if next, ok, err = a.store.JobNextRunAt(ctx, a.ns, queues); err != nil {
 				ok = false
 			}
 		}

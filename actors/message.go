@@ -52,15 +52,52 @@ type Message struct {
 	AutoRetry bool
 
 	replied atomic.Bool
+	box     *outbox // the actor's, set when it is sent there
 }
 
-// respond calls Reply once; later calls do nothing.
+// respond answers once; later calls do nothing. While the actor's step
+// holds its answers (until its transaction commits), the answer waits in
+// the outbox.
 func (m *Message) respond(body any, err *api.Error) {
 	if m.replied.Swap(true) {
 		return
 	}
+	if m.box != nil && m.box.holding {
+		m.box.held = append(m.box.held, heldReply{m: m, body: body, err: err})
+		return
+	}
 	if m.Reply != nil {
 		m.Reply(body, err)
+	}
+}
+
+// outbox holds a step's answers until the step's transaction ends. Only
+// the actor's goroutine touches it.
+type outbox struct {
+	holding bool
+	held    []heldReply
+}
+
+type heldReply struct {
+	m    *Message
+	body any
+	err  *api.Error
+}
+
+// release delivers the held answers. With failed set, the step's writes
+// did not happen: every answer that reported success reports failed
+// instead (refusals stand: they wrote nothing).
+func (b *outbox) release(failed *api.Error) {
+	held := b.held
+	b.held, b.holding = b.held[:0], false
+	for i, h := range held {
+		held[i] = heldReply{}
+		if failed != nil && h.err == nil {
+			h.body, h.err = nil, failed
+		}
+		if h.m.Reply != nil {
+			h.m.Reply(h.body, h.err)
+		}
 	}
 }
 

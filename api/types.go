@@ -106,10 +106,34 @@ type HeartbeatReply struct {
 // AckRequest completes a running job. Attempt, when set, must match the
 // job's current attempt: it tells a late ack from a worker whose lease
 // expired apart from the ack of the worker that holds the job now.
+//
+// Acks, instead of ID, completes several jobs in one request (an addition
+// to SPEC §7: a worker running many jobs at once acks what finished
+// together). Each entry succeeds or fails on its own; the reply is then an
+// AckReply with one result per entry, in order.
 type AckRequest struct {
+	ID      string          `json:"id,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Attempt int64           `json:"attempt,omitempty"`
+	Acks    []AckItem       `json:"acks,omitempty"`
+}
+
+// AckItem is one entry of a batched ack.
+type AckItem struct {
 	ID      string          `json:"id"`
 	Result  json.RawMessage `json:"result,omitempty"`
 	Attempt int64           `json:"attempt,omitempty"`
+}
+
+// AckReply answers an ack: {} for one id, one result per entry for Acks.
+type AckReply struct {
+	Results []AckResult `json:"results,omitempty"`
+}
+
+// AckResult is one entry's outcome: Error is nil when the job completed.
+type AckResult struct {
+	ID    string `json:"id"`
+	Error *Error `json:"error,omitempty"`
 }
 
 // NackRequest fails a running job. Retry defaults to true.

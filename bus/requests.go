@@ -71,6 +71,23 @@ func (r *heartbeatRequest) body() any { return (*api.HeartbeatRequest)(r) }
 type ackRequest api.AckRequest
 
 func (r *ackRequest) validate() error {
+	if len(r.Acks) > 0 {
+		if r.ID != "" || r.Result != nil || r.Attempt != 0 {
+			return api.InvalidArgument("acks: give either id or acks, not both")
+		}
+		if len(r.Acks) > api.MaxClaim {
+			return api.InvalidArgument("acks: at most %d per ack, got %d", api.MaxClaim, len(r.Acks))
+		}
+		for i, a := range r.Acks {
+			if a.ID == "" {
+				return api.InvalidArgument("acks[%d].id: required", i)
+			}
+			if len(a.Result) > api.MaxPayloadBytes {
+				return api.InvalidArgument("acks[%d].result: must be at most %d bytes, got %d", i, api.MaxPayloadBytes, len(a.Result))
+			}
+		}
+		return nil
+	}
 	if r.ID == "" {
 		return api.InvalidArgument("id: required")
 	}
@@ -81,6 +98,28 @@ func (r *ackRequest) validate() error {
 }
 
 func (r *ackRequest) body() any { return (*api.AckRequest)(r) }
+
+// parts splits a batched ack into one ack per entry: the actor decides
+// each on its own, and they land in the same step.
+func (r *ackRequest) parts() []any {
+	if len(r.Acks) == 0 {
+		return nil
+	}
+	out := make([]any, len(r.Acks))
+	for i, a := range r.Acks {
+		out[i] = &api.AckRequest{ID: a.ID, Result: a.Result, Attempt: a.Attempt}
+	}
+	return out
+}
+
+// gather collects the answers of a batched ack's parts into one reply.
+func (r *ackRequest) gather(errs []*api.Error) any {
+	out := api.AckReply{Results: make([]api.AckResult, len(r.Acks))}
+	for i, a := range r.Acks {
+		out.Results[i] = api.AckResult{ID: a.ID, Error: errs[i]}
+	}
+	return out
+}
 
 type nackRequest api.NackRequest
 

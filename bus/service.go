@@ -113,12 +113,47 @@ func (s *Service) handle(op actors.Op, perm auth.Permission, what string, newBod
 		}
 		reply := req.Reply()
 		s.inflight.Add(1)
+		if sp, ok := v.(splitter); ok {
+			if parts := sp.parts(); parts != nil {
+				s.sendParts(p.Namespace, op, reply, sp, parts)
+				return
+			}
+		}
 		s.sender.Send(p.Namespace, &actors.Message{
 			Op:   op,
 			Body: v.body(),
 			Reply: func(body any, e *api.Error) {
 				defer s.inflight.Add(-1)
 				s.publishReply(reply, body, e)
+			},
+		})
+	}
+}
+
+// splitter is a request that carries several independent requests (a
+// batched ack): parts are sent to the actor one by one and gather turns
+// their answers into the one reply.
+type splitter interface {
+	parts() []any
+	gather(errs []*api.Error) any
+}
+
+func (s *Service) sendParts(ns string, op actors.Op, reply string, sp splitter, parts []any) {
+	errs := make([]*api.Error, len(parts))
+	var left atomic.Int64
+	left.Store(int64(len(parts)))
+	for i, part := range parts {
+		s.sender.Send(ns, &actors.Message{
+			Op:   op,
+			Body: part,
+			Reply: func(_ any, e *api.Error) {
+				// Each part is answered once, so each slot is written by
+				// one goroutine; the last answer publishes.
+				errs[i] = e
+				if left.Add(-1) == 0 {
+					defer s.inflight.Add(-1)
+					s.publishReply(reply, sp.gather(errs), nil)
+				}
 			},
 		})
 	}

@@ -166,6 +166,20 @@ func (c *Client) Ack(ctx context.Context, id string, attempt int64, result json.
 	return c.call(ctx, api.SubjectAck, api.AckRequest{ID: id, Attempt: attempt, Result: result}, nil)
 }
 
+// AckMany completes several jobs in one request. Each entry succeeds or
+// fails on its own: the result of entry i says which (Error nil: completed).
+// The error is for the request as a whole (unreachable, refused).
+func (c *Client) AckMany(ctx context.Context, acks []api.AckItem) ([]api.AckResult, error) {
+	var reply api.AckReply
+	if err := c.call(ctx, api.SubjectAck, api.AckRequest{Acks: acks}, &reply); err != nil {
+		return nil, err
+	}
+	if len(reply.Results) != len(acks) {
+		return nil, fmt.Errorf("ack: %d results for %d acks", len(reply.Results), len(acks))
+	}
+	return reply.Results, nil
+}
+
 // Nack fails a job: retried after a backoff, or dead (retry false, or its
 // attempts spent).
 func (c *Client) Nack(ctx context.Context, id string, attempt int64, msg string, retry bool) (api.NackReply, error) {

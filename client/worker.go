@@ -39,6 +39,12 @@ type Worker struct {
 
 	mu      sync.Mutex
 	running map[string]int64 // id → attempt
+
+	// Acks wait here for the acker, which sends what has gathered in one
+	// request while the worker goes on claiming.
+	ackMu   sync.Mutex
+	acks    []api.AckItem
+	ackWake chan struct{}
 }
 
 // NewWorker returns a worker; Run starts it.
@@ -55,13 +61,17 @@ func NewWorker(c *Client, cfg WorkerConfig, h Handler) *Worker {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{c: c, cfg: cfg, h: h, running: map[string]int64{}}
+	return &Worker{c: c, cfg: cfg, h: h, running: map[string]int64{}, ackWake: make(chan struct{}, 1)}
 }
 
 // Run claims and runs jobs until ctx ends, then stops gracefully: no new
 // claims, the claim in flight is taken and its jobs run, and Run returns
 // once every running job is acked or nacked. Handlers get a context that is
 // not cancelled by ctx; they should finish on their own.
+//
+// A job's slot frees when its handler returns; its ack is sent in the
+// background, together with the acks of other jobs that finished meanwhile
+// (one request for all, see Client.AckMany).
 func (w *Worker) Run(ctx context.Context) error {
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup
@@ -69,7 +79,31 @@ func (w *Worker) Run(ctx context.Context) error {
 	hbDone := make(chan struct{})
 	go w.heartbeats(jobCtx, hbDone)
 	defer close(hbDone)
+	ackStop, ackDone := make(chan struct{}), make(chan struct{})
+	go w.acker(jobCtx, ackStop, ackDone)
+	defer func() { close(ackStop); <-ackDone }()
 
+	// Two claims may be in flight at once, so slots that free while one
+	// waits for its reply are claimed by the other instead of idling.
+	claimers := 1
+	if w.cfg.Concurrency >= 4 {
+		claimers = 2
+	}
+	var cwg sync.WaitGroup
+	for range claimers {
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			w.claimLoop(ctx, jobCtx, slots, &wg)
+		}()
+	}
+	cwg.Wait()
+	wg.Wait()
+	return nil
+}
+
+// claimLoop claims jobs for free slots and starts them until ctx ends.
+func (w *Worker) claimLoop(ctx, jobCtx context.Context, slots chan struct{}, wg *sync.WaitGroup) {
 	leaseMS := w.cfg.Lease.Milliseconds()
 	for ctx.Err() == nil {
 		// Take every free slot, waiting for at least one.
@@ -117,8 +151,6 @@ func (w *Worker) Run(ctx context.Context) error {
 			}(job)
 		}
 	}
-	wg.Wait()
-	return nil
 }
 
 func (w *Worker) run(ctx context.Context, job api.Job) {
@@ -129,8 +161,12 @@ func (w *Worker) run(ctx context.Context, job api.Job) {
 	}()
 	result, err := w.safeHandle(ctx, job)
 	if err == nil {
-		if aerr := w.c.Ack(ctx, job.ID, job.Attempt, result); aerr != nil {
-			w.cfg.Log.Warn("ack failed", "job", job.ID, "err", aerr)
+		w.ackMu.Lock()
+		w.acks = append(w.acks, api.AckItem{ID: job.ID, Attempt: job.Attempt, Result: result})
+		w.ackMu.Unlock()
+		select {
+		case w.ackWake <- struct{}{}:
+		default:
 		}
 		return
 	}
@@ -146,6 +182,54 @@ func (w *Worker) safeHandle(ctx context.Context, job api.Job) (result json.RawMe
 		}
 	}()
 	return w.h(ctx, job)
+}
+
+// acker sends the queued acks, all that have gathered in one request, until
+// stop; then it sends what is left and closes done.
+func (w *Worker) acker(ctx context.Context, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	for {
+		stopping := false
+		select {
+		case <-w.ackWake:
+		case <-stop:
+			stopping = true
+		}
+		for {
+			w.ackMu.Lock()
+			n := min(len(w.acks), api.MaxClaim)
+			batch := append([]api.AckItem(nil), w.acks[:n]...)
+			w.acks = append(w.acks[:0], w.acks[n:]...)
+			w.ackMu.Unlock()
+			if n == 0 {
+				break
+			}
+			w.sendAcks(ctx, batch)
+		}
+		if stopping {
+			return
+		}
+	}
+}
+
+func (w *Worker) sendAcks(ctx context.Context, batch []api.AckItem) {
+	if len(batch) == 1 {
+		// One ack alone goes in the plain SPEC form.
+		if err := w.c.Ack(ctx, batch[0].ID, batch[0].Attempt, batch[0].Result); err != nil {
+			w.cfg.Log.Warn("ack failed", "job", batch[0].ID, "err", err)
+		}
+		return
+	}
+	results, err := w.c.AckMany(ctx, batch)
+	if err != nil {
+		w.cfg.Log.Warn("ack failed", "jobs", len(batch), "err", err)
+		return
+	}
+	for _, r := range results {
+		if r.Error != nil {
+			w.cfg.Log.Warn("ack failed", "job", r.ID, "err", r.Error)
+		}
+	}
 }
 
 // heartbeats extends the leases of running jobs every third of the lease.
