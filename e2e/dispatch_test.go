@@ -299,3 +299,86 @@ func TestDelayedJobsBecomeDueInTurnAcrossARestart(t *testing.T) {
 		}
 	})
 }
+
+// A batched ack (the "acks" form of fq.v1.ack) decides each entry on its
+// own, as if each were acked alone, and answers one result per entry.
+func TestBatchedAckAnswersEachEntry(t *testing.T) {
+	eachBackend(t, func(t *testing.T) {
+		e := start(t)
+		tn := e.tenant("acme")
+		enqueue(t, tn.p, job("q", "t"), job("q", "t"), job("q", "t"), job("q", "t"))
+		got := claim(t, tn.w, 4, "q")
+		if len(got) != 4 {
+			t.Fatalf("claimed %d jobs, want 4", len(got))
+		}
+		results, err := tn.w.AckMany(ctx(t), []api.AckItem{
+			{ID: got[0].ID, Attempt: got[0].Attempt, Result: json.RawMessage(`{"n":1}`)},
+			{ID: got[1].ID},
+			{ID: got[2].ID, Attempt: got[2].Attempt + 1}, // not this lease
+			{ID: "no-such-job"},
+			{ID: got[0].ID, Attempt: got[0].Attempt}, // acked just above
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []struct {
+			id      string
+			code    api.Code
+			reason  api.Reason
+			message string
+		}{
+			{got[0].ID, "", "", ""},
+			{got[1].ID, "", "", ""},
+			{got[2].ID, api.CodeAborted, api.ReasonLeaseLost, "job '" + got[2].ID + "' is not running under this lease"},
+			{"no-such-job", api.CodeNotFound, api.ReasonUnknownJob, "job 'no-such-job' not found"},
+			{got[0].ID, api.CodeAborted, api.ReasonLeaseLost, "job '" + got[0].ID + "' is not running under this lease"},
+		}
+		for i, w := range want {
+			r := results[i]
+			if r.ID != w.id {
+				t.Errorf("result %d is for %q, want %q", i, r.ID, w.id)
+			}
+			switch {
+			case w.code == "" && r.Error != nil:
+				t.Errorf("result %d: error %v, want acked", i, r.Error)
+			case w.code != "" && (r.Error == nil || r.Error.Code != w.code || r.Error.Reason != w.reason || r.Error.Message != w.message):
+				t.Errorf("result %d: error %+v, want %s/%s %q", i, r.Error, w.code, w.reason, w.message)
+			}
+		}
+		if j := e.job(tn.admin, got[0].ID); j.Status != api.StatusCompleted || string(j.Result) != `{"n":1}` {
+			t.Errorf("job 0: %s result %s, want completed with its result", j.Status, j.Result)
+		}
+		for i, st := range []api.Status{api.StatusCompleted, api.StatusRunning, api.StatusRunning} {
+			if j := e.job(tn.admin, got[i+1].ID); j.Status != st {
+				t.Errorf("job %d: %s, want %s", i+1, j.Status, st)
+			}
+		}
+
+		// The request as a whole is checked first, every refusal naming
+		// the field and the limit.
+		nc := tn.w.Conn()
+		tooMany := make([]api.AckItem, api.MaxClaim+1)
+		for i := range tooMany {
+			tooMany[i].ID = "x"
+		}
+		big, _ := json.Marshal(api.AckRequest{Acks: tooMany})
+		for body, message := range map[string]string{
+			`{"id":"a","acks":[{"id":"b"}]}`:  "acks: give either id or acks, not both",
+			`{"acks":[{"id":"b"},{"id":""}]}`: "acks[1].id: required",
+			string(big):                       "acks: at most 1000 per ack, got 1001",
+		} {
+			reply, err := nc.RequestMsg(newMsg(api.SubjectAck, tn.worker, body), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var eb api.ErrorBody
+			if err := json.Unmarshal(reply.Data, &eb); err != nil || eb.Error == nil ||
+				eb.Error.Code != api.CodeInvalidArgument || eb.Error.Message != message || reply.Header.Get(api.HeaderErrorCode) != "400" {
+				t.Errorf("ack %.40s…: %v %s, want 400 INVALID_ARGUMENT %q", body, reply.Header, reply.Data, message)
+			}
+		}
+		if j := e.job(tn.admin, got[3].ID); j.Status != api.StatusRunning {
+			t.Errorf("job 3 after refused batches: %s, want running", j.Status)
+		}
+	})
+}

@@ -139,7 +139,7 @@ func exerciseUpdate(t *testing.T, newStore Factory) {
 		for _, id := range []string{"pending", "completed", "dead"} {
 			before[id] = getJob(t, s, nsA, id)
 		}
-		otherNS := getJob(t, s, nsB, "other-ns")
+		nsB := getJob(t, s, nsB, "other-ns")
 		for _, kind := range []store.UpdateKind{store.UpdateComplete, store.UpdateRetry, store.UpdateDead, store.UpdateExtend} {
 			for _, tc := range []struct {
 				id      string
@@ -157,7 +157,7 @@ func exerciseUpdate(t *testing.T, newStore Factory) {
 		for _, j := range before {
 			wantUnchanged(t, s, j)
 		}
-		wantUnchanged(t, s, otherNS)
+		wantUnchanged(t, s, nsB)
 		wantNoJob(t, s, nsA, "unknown")
 		wantCounts(t, s, nsA, store.Counts{Pending: 1, Completed: 1, Dead: 1})
 	})
@@ -192,5 +192,47 @@ func exerciseUpdate(t *testing.T, newStore Factory) {
 			t.Errorf("job b: LeaseUntil %s after completing, want zero", fmtTime(got.LeaseUntil))
 		}
 		wantCounts(t, s, nsA, store.Counts{Pending: 1, Completed: 2, Dead: 1})
+	})
+
+	// Plain acks (no result) are the hot path; a backend may write a
+	// group's worth at once, but each must come out as if applied alone
+	// and in order.
+	t.Run("PlainAcksInOneGroup", func(t *testing.T) {
+		s := newStore(t, nil)
+		for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
+			running(t, s, id)
+		}
+		runJob(t, s, nsB, base, with(newJob("g"), func(j *store.NewJob) { j.Queue = "q-g" }))
+		applied := update(t, s, nsA, now,
+			store.JobUpdate{ID: "a", Attempt: 1, Kind: store.UpdateComplete},
+			store.JobUpdate{ID: "b", Attempt: 2, Kind: store.UpdateComplete}, // wrong attempt
+			store.JobUpdate{ID: "c", Attempt: 1, Kind: store.UpdateExtend, LeaseUntil: at(time.Hour)},
+			store.JobUpdate{ID: "c", Attempt: 1, Kind: store.UpdateComplete},
+			store.JobUpdate{ID: "d", Attempt: 1, Kind: store.UpdateComplete},
+			store.JobUpdate{ID: "d", Attempt: 1, Kind: store.UpdateComplete},  // already completed
+			store.JobUpdate{ID: "zz", Attempt: 1, Kind: store.UpdateComplete}, // no such job
+			store.JobUpdate{ID: "g", Attempt: 1, Kind: store.UpdateComplete},  // another namespace's
+			store.JobUpdate{ID: "e", Attempt: 1, Kind: store.UpdateComplete},
+			store.JobUpdate{ID: "f", Attempt: 1, Kind: store.UpdateRetry, Error: "e", RunAt: at(time.Minute)},
+		)
+		if want := []bool{true, false, true, true, true, false, false, false, true, true}; fmt.Sprint(applied) != fmt.Sprint(want) {
+			t.Errorf("applied = %v, want %v", applied, want)
+		}
+		for id, st := range map[string]api.Status{"a": api.StatusCompleted, "b": api.StatusRunning, "c": api.StatusCompleted,
+			"d": api.StatusCompleted, "e": api.StatusCompleted, "f": api.StatusPending} {
+			got := getJob(t, s, nsA, id)
+			if got.Status != st {
+				t.Errorf("job %s: status %s, want %s", id, got.Status, st)
+			}
+			if st == api.StatusCompleted && (!got.FinishedAt.Equal(now) || !got.LeaseUntil.IsZero() || len(got.Result) != 0) {
+				t.Errorf("job %s: finished %s lease %s result %s, want finished %s, no lease, no result",
+					id, fmtTime(got.FinishedAt), fmtTime(got.LeaseUntil), showBytes(got.Result), fmtTime(now))
+			}
+		}
+		if got := getJob(t, s, nsB, "g"); got.Status != api.StatusRunning {
+			t.Errorf("other namespace's job g: status %s, want running", got.Status)
+		}
+		wantCounts(t, s, nsA, store.Counts{Pending: 1, Running: 1, Completed: 4})
+		wantIDs(t, "JobListRunning", listRunning(t, s, nsA), "b")
 	})
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +54,7 @@ func (a *app) bench(cmd *command, args []string) error {
 	queue := f.String("queue", "", "queue to use (default: a fresh bench-<unix ms>)")
 	payload := f.JSON("payload", `each job's payload (default {"bench":true})`)
 	noDrain := f.Bool("no-drain", "leave the jobs enqueue and enqueue-batch wrote pending")
+	sdkWorker := f.Bool("sdk-worker", "work phase: one Go SDK worker with --workers slots (claims for its free slots, acks in batches) instead of --workers loops of claim (max=1) and ack")
 	pos, err := f.parse(args, true)
 	if err != nil {
 		return err
@@ -121,7 +124,11 @@ func (a *app) bench(cmd *command, args []string) error {
 		fallthrough
 	case mode == "all":
 		// The work phase works what is pending: the jobs enqueued above.
-		st, err := a.workPhase(c, cfg, "work", pending, 1, cfg.duration)
+		work := func() (phaseStats, error) { return a.workPhase(c, cfg, "work", pending, 1, cfg.duration) }
+		if *sdkWorker {
+			work = func() (phaseStats, error) { return a.sdkWorkPhase(c, cfg, "work-sdk", pending, cfg.duration) }
+		}
+		st, err := work()
 		if err != nil {
 			return err
 		}
@@ -149,8 +156,16 @@ func (a *app) printPhase(st phaseStats) {
 		rate = float64(st.jobs) / sec
 	}
 	p50, p99, max := percentiles(st.lat)
-	fmt.Fprintf(a.stdout, "%-14s %9d %9.2f %10.0f %10s %10s %10s %9d\n",
-		st.name, st.jobs, sec, rate, latText(p50), latText(p99), latText(max), st.requests)
+	lat := []string{latText(p50), latText(p99), latText(max)}
+	if len(st.lat) == 0 {
+		lat = []string{"-", "-", "-"} // not measured (the SDK worker)
+	}
+	req := strconv.Itoa(st.requests)
+	if st.requests < 0 {
+		req = "-"
+	}
+	fmt.Fprintf(a.stdout, "%-14s %9d %9.2f %10.0f %10s %10s %10s %9s\n",
+		st.name, st.jobs, sec, rate, lat[0], lat[1], lat[2], req)
 }
 
 // percentiles returns p50, p99 and the maximum of lat (nearest rank).
@@ -369,3 +384,94 @@ func (a *app) workPhase(c *client.Client, cfg benchConfig, name string, total in
 	}
 	return st, nil
 }
+
+// sdkWorkPhase works total jobs of cfg.queue with one client.Worker of
+// cfg.workers slots and a handler that does nothing, for at most limit
+// (0: no limit). The phase ends when Run has returned, so every ack has
+// been answered. The worker does not show per-job latency or requests.
+func (a *app) sdkWorkPhase(c *client.Client, cfg benchConfig, name string, total int64, limit time.Duration) (phaseStats, error) {
+	ctx, cancel := context.WithCancel(a.ctx)
+	defer cancel()
+	fail := &firstError{cancel: cancel}
+	var done atomic.Int64
+	warned := &warnCounter{}
+	w := client.NewWorker(c, client.WorkerConfig{
+		Queues: []string{cfg.queue}, Concurrency: cfg.workers, Lease: time.Minute, Wait: 250 * time.Millisecond,
+		Name: "fq-bench", Log: slog.New(warned),
+	}, func(context.Context, api.Job) (json.RawMessage, error) {
+		if done.Add(1) == total {
+			cancel()
+		}
+		return nil, nil
+	})
+	if limit > 0 {
+		timer := time.AfterFunc(limit, cancel)
+		defer timer.Stop()
+	}
+	// A cap in the way leaves the worker waiting forever: give up then.
+	watchDone := make(chan struct{})
+	defer close(watchDone)
+	go func() {
+		last, lastAt := int64(0), time.Now()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-watchDone:
+				return
+			case <-t.C:
+			}
+			if n := done.Load(); n != last {
+				last, lastAt = n, time.Now()
+			} else if time.Since(lastAt) > benchStall {
+				fail.set(fmt.Errorf("no job of queue %s could be claimed for %s with %d of %d done: is a cap (max_running, max_concurrent) in the way?",
+					cfg.queue, benchStall, n, total))
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	err := w.Run(ctx)
+	st := phaseStats{name: name, jobs: done.Load(), elapsed: time.Since(start), requests: -1}
+	if err == nil && fail.err == nil && warned.n.Load() > 0 {
+		err = fmt.Errorf("%d claims or acks failed (first: %s)", warned.n.Load(), warned.first())
+	}
+	switch {
+	case fail.err != nil:
+		return st, fmt.Errorf("bench %s: %w", name, fail.err)
+	case a.ctx.Err() != nil:
+		return st, a.ctx.Err()
+	case err != nil:
+		return st, fmt.Errorf("bench %s: %w", name, err)
+	}
+	return st, nil
+}
+
+// warnCounter is a slog handler that counts what the worker warns about.
+type warnCounter struct {
+	n     atomic.Int64
+	mu    sync.Mutex
+	msg   string
+	attrs []slog.Attr
+}
+
+func (h *warnCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (h *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if h.n.Add(1) == 1 {
+		h.mu.Lock()
+		h.msg = r.Message
+		r.Attrs(func(a slog.Attr) bool { h.attrs = append(h.attrs, a); return true })
+		h.mu.Unlock()
+	}
+	return nil
+}
+
+func (h *warnCounter) first() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return fmt.Sprint(h.msg, " ", h.attrs)
+}
+
+func (h *warnCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *warnCounter) WithGroup(string) slog.Handler      { return h }

@@ -1,0 +1,90 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/store"
+	"github.com/flexiq/flexiq/store/sqlite"
+)
+
+// commitFault fails every step commit while armed.
+type commitFault struct{ armed atomic.Bool }
+
+func (f *commitFault) Fault(op string, _ int) error {
+	if op == "Commit" && f.armed.Load() {
+		return errors.New("injected commit failure")
+	}
+	return nil
+}
+
+func collect(m *Message, into *[]answer) *Message {
+	m.Reply = func(b any, e *api.Error) { *into = append(*into, answer{b, e}) }
+	return m
+}
+
+// With SQLite a step is one transaction and its answers wait for the
+// commit: a failed commit turns every success of the step into an error,
+// and the counts the step changed are read again from the store.
+func TestStepAnswersWaitForTheCommit(t *testing.T) {
+	ctx := context.Background()
+	faults := &commitFault{}
+	st, err := sqlite.Open(ctx, ":memory:", sqlite.Options{Faults: faults})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	deps := &Deps{Store: st, Snapshots: cachebust.New(st, time.Second, nil), Log: slog.New(slog.DiscardHandler), Observer: nopObserver{}}
+	a := NewActor("acme", NewCore("acme", rand.New(rand.NewPCG(1, 2))), deps)
+	now := time.Unix(1_000_000, 0)
+
+	var got []answer
+	a.Send(collect(&Message{Op: OpEnqueue, Body: &api.EnqueueRequest{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t"}}}}, &got))
+	a.Step(ctx, now)
+	if len(got) != 1 || got[0].err != nil {
+		t.Fatalf("first enqueue: %+v", got)
+	}
+
+	// The failing step: an enqueue, a claim (of a) and a refusal.
+	faults.armed.Store(true)
+	var enq, claim, ack []answer
+	a.Send(collect(&Message{Op: OpEnqueue, Body: &api.EnqueueRequest{Jobs: []api.Job{{ID: "b", Queue: "q", Task: "t"}}}}, &enq))
+	a.Send(collect(&Message{Op: OpClaim, Body: &api.ClaimRequest{Queues: []string{"q"}, Max: 1, LeaseMS: 60000}}, &claim))
+	a.Send(collect(&Message{Op: OpAck, Body: &api.AckRequest{ID: "nope"}}, &ack))
+	a.Step(ctx, now)
+	for _, c := range []struct {
+		what string
+		got  []answer
+		want api.Code
+	}{{"enqueue", enq, api.CodeUnavailable}, {"claim", claim, api.CodeUnavailable}, {"ack of an unknown job", ack, api.CodeNotFound}} {
+		if len(c.got) != 1 || c.got[0].err == nil || c.got[0].err.Code != c.want {
+			t.Errorf("%s in the failed step answered %+v, want one %s", c.what, c.got, c.want)
+		}
+	}
+	if c, err := st.JobCount(ctx, "acme"); err != nil || c != (store.Counts{Pending: 1}) {
+		t.Errorf("store after the failed step: %+v, %v; want only job a, pending", c, err)
+	}
+
+	// The next step works from the store's truth: a is still there to claim.
+	faults.armed.Store(false)
+	got = nil
+	a.Send(collect(&Message{Op: OpClaim, Body: &api.ClaimRequest{Queues: []string{"q"}, Max: 2, LeaseMS: 60000}}, &got))
+	a.Step(ctx, now)
+	if len(got) != 1 || got[0].err != nil {
+		t.Fatalf("claim after the failed step: %+v", got)
+	}
+	jobs := got[0].body.(api.ClaimReply).Jobs
+	if len(jobs) != 1 || jobs[0].ID != "a" || jobs[0].Attempt != 1 {
+		t.Errorf("claimed %+v, want job a at attempt 1", jobs)
+	}
+	if a.Core().Pending() != 0 || a.Core().Running() != 1 {
+		t.Errorf("core counts pending %d running %d, want 0 and 1", a.Core().Pending(), a.Core().Running())
+	}
+}
