@@ -460,6 +460,10 @@ const claimSQL = `UPDATE jobs SET status = 1, attempt = attempt + 1,
 	WHERE jobs.seq = c.value ->> 0 AND jobs.status = 0
 	RETURNING ` + jobCols
 
+// claimOneSQL hands out one job.
+const claimOneSQL = `UPDATE jobs SET status = 1, attempt = attempt + 1, lease_until = ?, worker = ?
+	WHERE seq = ? AND status = 0 RETURNING ` + jobCols
+
 // ackSQL completes running jobs without a result: its last argument is a
 // JSON array of [id, attempt]. CROSS JOIN keeps the array outside, so each
 // entry is one index lookup (left alone, the planner walks every running
@@ -660,6 +664,16 @@ func (s *Store) jobClaimMany(ctx context.Context, run txRunner, p store.JobClaim
 		if err := step(); err != nil {
 			return err
 		}
+		if len(picks) == 1 {
+			// One job: the plain statement is cheaper than the array.
+			claim := &p.Claims[picks[0].claim]
+			j, err := scanJob(tx.QueryRowContext(ctx, claimOneSQL, nanos(claim.LeaseUntil), nullString(claim.Worker), picks[0].seq))
+			if err != nil {
+				return fmt.Errorf("claim seq %d: %w", picks[0].seq, err)
+			}
+			out[picks[0].claim] = []store.Job{j}
+			return nil
+		}
 		// One statement hands out every job the group picked: per-row
 		// statements cost more than the rows they write.
 		arg := make([]byte, 0, 16+len(picks)*48)
@@ -734,6 +748,17 @@ func (s *Store) jobUpdateMany(ctx context.Context, run txRunner, p store.JobUpda
 		for i, u := range p.Updates {
 			if u.Kind == store.UpdateComplete && u.Result == nil && times[u.ID] == 1 {
 				acks = append(acks, i)
+			}
+		}
+		if len(acks) < 2 {
+			acks = nil // one ack: the plain statement is cheaper than the array
+		}
+		batched := make(map[int]bool, len(acks))
+		for _, i := range acks {
+			batched[i] = true
+		}
+		for i, u := range p.Updates {
+			if batched[i] {
 				continue
 			}
 			if err := step(); err != nil {
