@@ -260,7 +260,7 @@ func (t *wtx) QueryRowContext(_ context.Context, query string, args ...any) *sql
 func (s *Store) tx(ctx context.Context, op string, fn func(tx *wtx, step func() error) error) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	if _, err := s.exec(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("sqlite: %s: begin: %w", op, err)
 	}
 	n := 0
@@ -287,11 +287,18 @@ func (s *Store) tx(ctx context.Context, op string, fn func(tx *wtx, step func() 
 		}
 		return fmt.Errorf("sqlite: %s: %w", op, err)
 	}
-	if _, err := s.wc.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
+	if _, err := s.exec(context.WithoutCancel(ctx), "COMMIT"); err != nil {
 		rollback()
 		return fmt.Errorf("sqlite: %s: commit: %w", op, err)
 	}
 	return nil
+}
+
+// exec runs a statement on the write connection through the prepared
+// statement cache: BEGIN and COMMIT run on every write, and preparing them
+// each time costs more than running them.
+func (s *Store) exec(ctx context.Context, query string) (sql.Result, error) {
+	return (&wtx{s: s, ctx: ctx}).ExecContext(ctx, query)
 }
 
 // Times are stored as Unix nanoseconds; the zero time is NULL.

@@ -50,7 +50,7 @@ func (st *Step) tx(ctx context.Context, op string, fn func(tx *wtx, step func() 
 	s := st.s
 	if !st.began {
 		s.wmu.Lock()
-		if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		if _, err := s.exec(ctx, "BEGIN IMMEDIATE"); err != nil {
 			s.wmu.Unlock()
 			st.err = fmt.Errorf("sqlite: %s: begin: %w", op, err)
 			return st.err
@@ -109,7 +109,7 @@ func (st *Step) Commit(ctx context.Context) error {
 			return st.err
 		}
 	}
-	if _, err := s.wc.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
+	if _, err := s.exec(context.WithoutCancel(ctx), "COMMIT"); err != nil {
 		_, _ = s.wc.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		st.err = fmt.Errorf("sqlite: step: commit: %w", err)
 		return st.err
