@@ -56,7 +56,22 @@ type Store struct {
 	stmts map[string]*sql.Stmt
 
 	temp string // a temporary file to remove on Close
+
+	// The checkpointer copies the WAL back into the database file from its
+	// own connection, so the fsync that comes with it never stalls a
+	// commit (an actor's step) as SQLite's automatic checkpoint would.
+	ck     *sql.DB
+	ckStop chan struct{}
+	ckDone chan struct{}
 }
+
+// Checkpoints: every ckEvery from the checkpointer; the writer's own
+// automatic checkpoint stays as a backstop at autoCheckpointPages, should
+// the checkpointer fall behind.
+const (
+	ckEvery             = 100 * time.Millisecond
+	autoCheckpointPages = 10000
+)
 
 var _ store.Store = (*Store)(nil)
 
@@ -96,6 +111,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	q.Add("_pragma", "temp_store(memory)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous("+sync+")")
+	q.Add("_pragma", "wal_autocheckpoint("+strconv.Itoa(autoCheckpointPages)+")")
 	q.Set("_txlock", "immediate")
 	w, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
@@ -132,18 +148,52 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	}
 	s.r.SetMaxOpenConns(readers)
 	s.r.SetMaxIdleConns(readers)
+	cq := url.Values{}
+	cq.Add("_pragma", "busy_timeout(10000)")
+	s.ck, err = sql.Open("sqlite", "file:"+path+"?"+cq.Encode())
+	if err != nil {
+		s.r.Close()
+		s.wc.Close()
+		w.Close()
+		return nil, fmt.Errorf("sqlite: open %s for checkpoints: %w", path, err)
+	}
+	s.ck.SetMaxOpenConns(1)
+	s.ck.SetMaxIdleConns(1)
+	s.ckStop, s.ckDone = make(chan struct{}), make(chan struct{})
+	go s.checkpoints()
 	return s, nil
+}
+
+// checkpoints runs a passive checkpoint every ckEvery until Close: it
+// never waits for readers or the writer, and a WAL with nothing new to
+// copy costs next to nothing.
+func (s *Store) checkpoints() {
+	defer close(s.ckDone)
+	t := time.NewTicker(ckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ckStop:
+			return
+		case <-t.C:
+		}
+		// An error (busy, say) is retried on the next tick; the writer's
+		// automatic checkpoint bounds the WAL meanwhile.
+		_, _ = s.ck.Exec("PRAGMA wal_checkpoint(PASSIVE)")
+	}
 }
 
 // Close closes both pools.
 func (s *Store) Close() error {
+	close(s.ckStop)
+	<-s.ckDone
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	for _, st := range s.stmts {
 		st.Close()
 	}
 	s.stmts = map[string]*sql.Stmt{}
-	err := errors.Join(s.r.Close(), s.wc.Close(), s.w.Close())
+	err := errors.Join(s.ck.Close(), s.r.Close(), s.wc.Close(), s.w.Close())
 	if s.temp != "" {
 		for _, suffix := range []string{"", "-wal", "-shm"} {
 			os.Remove(s.temp + suffix)

@@ -3,6 +3,8 @@ package sqlite_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -165,5 +167,42 @@ func TestStepWithoutWrites(t *testing.T) {
 	st.Rollback()
 	if _, err := st.JobGet(ctx, "acme", "a"); err == nil {
 		t.Error("JobGet after the step ended: no error")
+	}
+}
+
+// The checkpointer copies the WAL into the database file in the
+// background, long before the writer's own automatic checkpoint would.
+func TestCheckpointerCopiesTheWALInTheBackground(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "flexiq.db")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	size := func() int64 {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	before := size()
+	now := time.Unix(1000, 0)
+	for i := 0; i < 20; i++ {
+		ids := make([]string, 100)
+		for k := range ids {
+			ids[k] = fmt.Sprintf("job-%d-%d", i, k)
+		}
+		if _, err := s.JobEnqueueMany(ctx, enqueueParams(now, ids...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for size() <= before {
+		if time.Now().After(deadline) {
+			t.Fatalf("database file still %d bytes 10 s after 2000 jobs were written: nothing checkpointed", size())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
