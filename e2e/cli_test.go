@@ -596,4 +596,14 @@ func TestCLIBenchEnqueuePrintsJobsPerSecond(t *testing.T) {
 	if u := e.usage(e.root); u.Usage.Pending != 0 || u.Usage.Archived != 2600 {
 		t.Fatalf("after bench all: pending %d archived %d, want 0 and 2600", u.Usage.Pending, u.Usage.Archived)
 	}
+
+	// The SDK worker's work phase: every job acked by the time it ends.
+	r = e.fq(e.root, "bench", "work", "--sdk-worker", "--jobs", "500", "--workers", "8").want(t, 0)
+	if !regexp.MustCompile(`(?m)^work-sdk\s+500\s+[0-9.]+\s+[0-9]+\s+-\s+-\s+-\s+-$`).MatchString(r.stdout) {
+		t.Fatalf("bench work --sdk-worker has no work-sdk row of 500 jobs:\n%s", r.stdout)
+	}
+	if u := e.usage(e.root); u.Usage.Pending != 0 || u.Usage.Running != 0 || u.Usage.Archived != 3100 {
+		t.Fatalf("after bench work --sdk-worker: pending %d running %d archived %d, want 0, 0 and 3100",
+			u.Usage.Pending, u.Usage.Running, u.Usage.Archived)
+	}
 }

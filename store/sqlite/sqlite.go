@@ -179,7 +179,7 @@ func (s *Store) checkpoints() {
 		}
 		// An error (busy, say) is retried on the next tick; the writer's
 		// automatic checkpoint bounds the WAL meanwhile.
-		_, _ = s.ck.Exec("PRAGMA wal_checkpoint(PASSIVE)")
+		_, _ = s.ck.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)")
 	}
 }
 

@@ -409,15 +409,15 @@ func (a *app) sdkWorkPhase(c *client.Client, cfg benchConfig, name string, total
 		defer timer.Stop()
 	}
 	// A cap in the way leaves the worker waiting forever: give up then.
-	watchDone := make(chan struct{})
-	defer close(watchDone)
+	watchStop, watchDone := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(watchDone)
 		last, lastAt := int64(0), time.Now()
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for {
 			select {
-			case <-watchDone:
+			case <-watchStop:
 				return
 			case <-t.C:
 			}
@@ -433,6 +433,8 @@ func (a *app) sdkWorkPhase(c *client.Client, cfg benchConfig, name string, total
 	start := time.Now()
 	err := w.Run(ctx)
 	st := phaseStats{name: name, jobs: done.Load(), elapsed: time.Since(start), requests: -1}
+	close(watchStop)
+	<-watchDone // it may still be setting fail
 	if err == nil && fail.err == nil && warned.n.Load() > 0 {
 		err = fmt.Errorf("%d claims or acks failed (first: %s)", warned.n.Load(), warned.first())
 	}
