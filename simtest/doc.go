@@ -24,6 +24,13 @@
 // (the simulated clock jumps) or fails a read. recStore sees exactly what
 // committed and keeps the model.
 //
+// Half the seeds (Config.StepTx, the even ones) run each actor step as one
+// SQLite transaction, as a node on SQLite does: faultStep and recStep stand
+// in for faultStore and recStore, a step's writes reach the model only when
+// it commits, the commit itself may fail, and a failed call or commit rolls
+// the whole step back. The odd seeds write call by call, as on PostgreSQL
+// and Redis.
+//
 // Product bugs the simulator found and that are not fixed yet are named by
 // the Bug… constants; RandomConfig tolerates them (KnownBugs) so they do not
 // hide the next one, and TestKnownBugs shows each still happens.

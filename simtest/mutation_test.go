@@ -227,6 +227,33 @@ func TestMutationLostEnqueue(t *testing.T) {
 	})
 }
 
+// stepMutant is a step transaction whose commit may lie.
+type stepMutant struct {
+	store.StepTx
+	commit func(ctx context.Context) error
+}
+
+func (m *stepMutant) Commit(ctx context.Context) error { return m.commit(ctx) }
+
+// A step commit that reports success but rolled back: every answer of the
+// step claims what never happened.
+func TestMutationStepCommitLies(t *testing.T) {
+	expectViolation(t, InvLost, func(c *Config) {
+		quotaAll(c, `{}`)
+		c.StepTx = true
+		n := 0
+		c.WrapStep = func(tx store.StepTx) store.StepTx {
+			return &stepMutant{StepTx: tx, commit: func(ctx context.Context) error {
+				if n++; n%7 == 0 {
+					tx.Rollback()
+					return nil
+				}
+				return tx.Commit(ctx)
+			}}
+		}
+	})
+}
+
 // A cache that never refreshes: quota changes never arrive, broadcast or
 // TTL.
 func TestMutationQuotaTTL(t *testing.T) {

@@ -125,8 +125,12 @@ func New(cfg Config) (*Sim, error) {
 	s.rec = &recStore{s: s, db: db}
 	s.flt = &faultStore{s: s, inner: s.rec}
 	s.store = s.flt
+	if cfg.StepTx {
+		s.store = faultStepper{s.flt}
+	}
 	if cfg.WrapStore != nil {
-		s.store = cfg.WrapStore(s.flt)
+		// A wrapper hides BeginStep: mutation tests write call by call.
+		s.store = cfg.WrapStore(s.store)
 	}
 	for i := 0; i < cfg.Nodes; i++ {
 		n := &node{name: fmt.Sprintf("n%d", i+1)}

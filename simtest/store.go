@@ -122,6 +122,12 @@ func (f *faultStore) readFault(op, ns string) bool {
 // happens), mid (SQLite fails it part-way), after (it commits, the caller
 // sees an error), slow (the step takes longer).
 func (f *faultStore) write(op string, do func() error) error {
+	return f.writeHiding(op, do, nil)
+}
+
+// writeHiding is write with hide marking the write an after-write fault
+// hid from the actor (nil: the step's last recorded write).
+func (f *faultStore) writeHiding(op string, do func() error, hide func()) error {
 	kind, slow := f.writeFault(op)
 	st := f.s.cur
 	if kind != faultNone {
@@ -149,12 +155,10 @@ func (f *faultStore) write(op string, do func() error) error {
 	}
 	if kind == faultAfter {
 		st.storeErr = true
-		if n := len(st.writes); n > 0 {
-			w := st.writes[n-1]
-			w.hidden = true
-			for _, b := range w.batches {
-				b.hidden = true
-			}
+		if hide != nil {
+			hide()
+		} else if n := len(st.writes); n > 0 {
+			st.writes[n-1].hide()
 		}
 		f.s.logf("  fault %s after the write: it committed, the actor sees an error", op)
 		return errInjected
@@ -247,6 +251,14 @@ type writeRec struct {
 	op      string
 	hidden  bool // the fault layer reported an error for it
 	batches []*batchRec
+}
+
+// hide marks a write (and its batches) as one the actor was told failed.
+func (w *writeRec) hide() {
+	w.hidden = true
+	for _, b := range w.batches {
+		b.hidden = true
+	}
 }
 
 // claimRec is a job handed out by a committed claim.
