@@ -62,6 +62,7 @@ type Store struct {
 	// commit (an actor's step) as SQLite's automatic checkpoint would.
 	ck     *sql.DB
 	ckStop chan struct{}
+	ckOnce sync.Once
 	ckDone chan struct{}
 }
 
@@ -183,9 +184,10 @@ func (s *Store) checkpoints() {
 	}
 }
 
-// Close closes both pools.
+// Close stops the checkpointer and closes the connections. A second Close
+// does not panic; it reports the connections already closed.
 func (s *Store) Close() error {
-	close(s.ckStop)
+	s.ckOnce.Do(func() { close(s.ckStop) })
 	<-s.ckDone
 	s.wmu.Lock()
 	defer s.wmu.Unlock()

@@ -179,7 +179,12 @@ func TestCheckpointerCopiesTheWALInTheBackground(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+		_ = s.Close() // a second Close must not panic (it reports the connections closed)
+	}()
 	size := func() int64 {
 		fi, err := os.Stat(path)
 		if err != nil {
