@@ -18,7 +18,10 @@ import (
 //
 // sqlite://<path> takes a relative or absolute path (sqlite:///var/lib/x.db
 // is absolute) and the option ?synchronous=FULL (default NORMAL).
-// postgres:// and redis:// URLs go to pgx and go-redis as they are.
+// postgres:// URLs go to pgx as they are. redis:// URLs go to go-redis
+// without the option ?prefix=P, which starts every key FlexiQ writes
+// (default "fq:"; on Redis Cluster give one with a hash tag, e.g.
+// prefix={fq}:, so every script's keys share a slot).
 func Open(ctx context.Context, rawURL string) (store.Store, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
@@ -44,7 +47,11 @@ func Open(ctx context.Context, rawURL string) (store.Store, error) {
 	case "postgres", "postgresql":
 		return orNil(postgres.Open(ctx, rawURL, postgres.Options{}))
 	case "redis", "rediss":
-		return orNil(redis.Open(ctx, rawURL, redis.Options{}))
+		u, prefix, err := redisURL(rawURL)
+		if err != nil {
+			return nil, err
+		}
+		return orNil(redis.Open(ctx, u, redis.Options{Prefix: prefix}))
 	default:
 		return nil, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite, postgres or redis)", rawURL, scheme)
 	}
@@ -57,4 +64,21 @@ func orNil[S store.Store](s S, err error) (store.Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// redisURL takes FlexiQ's own option, prefix, out of a Redis URL: go-redis
+// refuses options it does not know.
+func redisURL(rawURL string) (string, string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", "", fmt.Errorf("store URL: %w", err)
+	}
+	q := u.Query()
+	prefix := q.Get("prefix")
+	if q.Has("prefix") && prefix == "" {
+		return "", "", fmt.Errorf("store URL %s: prefix must not be empty", u.Redacted())
+	}
+	q.Del("prefix")
+	u.RawQuery = q.Encode()
+	return u.String(), prefix, nil
 }
