@@ -2,7 +2,6 @@ package simtest
 
 import (
 	"context"
-	"time"
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/store"
@@ -19,7 +18,8 @@ type faultStepper struct{ *faultStore }
 
 // BeginStep starts a step transaction under the fault layer.
 func (f faultStepper) BeginStep(ctx context.Context) store.StepTx {
-	var tx store.StepTx = &faultStep{f: f.faultStore, rec: &recStep{r: f.inner, tx: f.inner.db.BeginStep(ctx)}}
+	rec := &recStep{r: f.inner, tx: f.inner.db.BeginStep(ctx)}
+	var tx store.StepTx = &faultStep{faultReads: faultReads{f.faultStore, rec.tx}, f: f.faultStore, rec: rec}
 	if w := f.s.cfg.WrapStep; w != nil {
 		tx = w(tx)
 	}
@@ -29,8 +29,9 @@ func (f faultStepper) BeginStep(ctx context.Context) store.StepTx {
 // faultStep draws faults for the calls of one step, like faultStore, and
 // for its commit.
 type faultStep struct {
-	f   *faultStore
-	rec *recStep
+	faultReads // through the step's transaction
+	f          *faultStore
+	rec        *recStep
 }
 
 func (fs *faultStep) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
@@ -58,34 +59,6 @@ func (fs *faultStep) JobUpdateMany(ctx context.Context, p store.JobUpdateManyPar
 		return nil, err
 	}
 	return out, nil
-}
-
-func (fs *faultStep) JobGet(ctx context.Context, ns, id string) (store.Job, error) {
-	if fs.f.readFault("JobGet", ns) {
-		return store.Job{}, errInjected
-	}
-	return fs.rec.tx.JobGet(ctx, ns, id)
-}
-
-func (fs *faultStep) JobCount(ctx context.Context, ns string) (store.Counts, error) {
-	if fs.f.readFault("JobCount", ns) {
-		return store.Counts{}, errInjected
-	}
-	return fs.rec.tx.JobCount(ctx, ns)
-}
-
-func (fs *faultStep) JobListRunning(ctx context.Context, ns string) ([]store.Job, error) {
-	if fs.f.readFault("JobListRunning", ns) {
-		return nil, errInjected
-	}
-	return fs.rec.tx.JobListRunning(ctx, ns)
-}
-
-func (fs *faultStep) JobNextRunAt(ctx context.Context, ns string, queues []string) (time.Time, bool, error) {
-	if fs.f.readFault("JobNextRunAt", ns) {
-		return time.Time{}, false, errInjected
-	}
-	return fs.rec.tx.JobNextRunAt(ctx, ns, queues)
 }
 
 // Commit fails, as often as a write fails part-way, before anything of the
@@ -127,56 +100,19 @@ func (rs *recStep) hideLast() {
 	}
 }
 
-// failed: the store rolled the step back. Nothing of it reaches the model,
-// and the store must hold what the model holds.
-func (rs *recStep) failed() { rs.pending = nil }
-
 func (rs *recStep) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
-	s := rs.r.s
 	res, err := rs.tx.JobEnqueueMany(ctx, p)
-	if rs.r.step("enqueue") == nil {
-		return res, err
-	}
-	if err != nil {
-		rs.failed()
-		s.logf("  store enqueue %d calls: %v (the step rolled back)", len(p.Calls), err)
-		s.verifyEnqueueFailed(p)
-		return nil, err
-	}
-	rs.pending = append(rs.pending, &pendingWrite{op: "enqueue", apply: func(st *stepCtx, w *writeRec) { s.applyEnqueue(st, w, p, res) }})
-	return res, nil
+	return res, rs.r.recordEnqueue(rs, p, res, err)
 }
 
 func (rs *recStep) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
-	s := rs.r.s
 	res, err := rs.tx.JobClaimMany(ctx, p)
-	if rs.r.step("claim") == nil {
-		return res, err
-	}
-	if err != nil {
-		rs.failed()
-		s.logf("  store claim %d claims: %v (the step rolled back)", len(p.Claims), err)
-		s.verifyCounts(p.Namespace, "a failed claim")
-		return nil, err
-	}
-	rs.pending = append(rs.pending, &pendingWrite{op: "claim", apply: func(st *stepCtx, w *writeRec) { s.applyClaims(st, w, p, res) }})
-	return res, nil
+	return res, rs.r.recordClaim(rs, p, res, err)
 }
 
 func (rs *recStep) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
-	s := rs.r.s
 	applied, err := rs.tx.JobUpdateMany(ctx, p)
-	if rs.r.step("update") == nil {
-		return applied, err
-	}
-	if err != nil {
-		rs.failed()
-		s.logf("  store update %d updates: %v (the step rolled back)", len(p.Updates), err)
-		s.verifyUpdatesFailed(p)
-		return nil, err
-	}
-	rs.pending = append(rs.pending, &pendingWrite{op: "update", apply: func(st *stepCtx, w *writeRec) { s.applyUpdates(st, w, p, applied) }})
-	return applied, nil
+	return applied, rs.r.recordUpdate(rs, p, applied, err)
 }
 
 // Commit commits the step and applies its writes to the model in order.

@@ -193,32 +193,63 @@ func (f *faultStore) JobUpdateMany(ctx context.Context, p store.JobUpdateManyPar
 	return out, nil
 }
 
-func (f *faultStore) JobGet(ctx context.Context, ns, id string) (store.Job, error) {
-	if f.readFault("JobGet", ns) {
+// jobReader is what an actor reads of jobs: the store, or a step's
+// transaction.
+type jobReader interface {
+	JobGet(ctx context.Context, ns, id string) (store.Job, error)
+	JobCount(ctx context.Context, ns string) (store.Counts, error)
+	JobListRunning(ctx context.Context, ns string) ([]store.Job, error)
+	JobNextRunAt(ctx context.Context, ns string, queues []string) (time.Time, bool, error)
+}
+
+// faultReads fails reads of r as the fault layer draws them.
+type faultReads struct {
+	f *faultStore
+	r jobReader
+}
+
+func (fr faultReads) JobGet(ctx context.Context, ns, id string) (store.Job, error) {
+	if fr.f.readFault("JobGet", ns) {
 		return store.Job{}, errInjected
 	}
-	return f.inner.JobGet(ctx, ns, id)
+	return fr.r.JobGet(ctx, ns, id)
+}
+
+func (fr faultReads) JobCount(ctx context.Context, ns string) (store.Counts, error) {
+	if fr.f.readFault("JobCount", ns) {
+		return store.Counts{}, errInjected
+	}
+	return fr.r.JobCount(ctx, ns)
+}
+
+func (fr faultReads) JobListRunning(ctx context.Context, ns string) ([]store.Job, error) {
+	if fr.f.readFault("JobListRunning", ns) {
+		return nil, errInjected
+	}
+	return fr.r.JobListRunning(ctx, ns)
+}
+
+func (fr faultReads) JobNextRunAt(ctx context.Context, ns string, queues []string) (time.Time, bool, error) {
+	if fr.f.readFault("JobNextRunAt", ns) {
+		return time.Time{}, false, errInjected
+	}
+	return fr.r.JobNextRunAt(ctx, ns, queues)
+}
+
+func (f *faultStore) JobGet(ctx context.Context, ns, id string) (store.Job, error) {
+	return faultReads{f, f.inner}.JobGet(ctx, ns, id)
 }
 
 func (f *faultStore) JobCount(ctx context.Context, ns string) (store.Counts, error) {
-	if f.readFault("JobCount", ns) {
-		return store.Counts{}, errInjected
-	}
-	return f.inner.JobCount(ctx, ns)
+	return faultReads{f, f.inner}.JobCount(ctx, ns)
 }
 
 func (f *faultStore) JobListRunning(ctx context.Context, ns string) ([]store.Job, error) {
-	if f.readFault("JobListRunning", ns) {
-		return nil, errInjected
-	}
-	return f.inner.JobListRunning(ctx, ns)
+	return faultReads{f, f.inner}.JobListRunning(ctx, ns)
 }
 
 func (f *faultStore) JobNextRunAt(ctx context.Context, ns string, queues []string) (time.Time, bool, error) {
-	if f.readFault("JobNextRunAt", ns) {
-		return time.Time{}, false, errInjected
-	}
-	return f.inner.JobNextRunAt(ctx, ns, queues)
+	return faultReads{f, f.inner}.JobNextRunAt(ctx, ns, queues)
 }
 
 func (f *faultStore) SettingGet(ctx context.Context, key string) (store.Setting, error) {
@@ -310,57 +341,65 @@ func (r *recStore) step(op string) *stepCtx {
 }
 
 func (r *recStore) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
-	s := r.s
 	res, err := r.db.JobEnqueueMany(ctx, p)
-	st := r.step("enqueue")
-	if st == nil {
-		return res, err
-	}
-	if err != nil {
-		s.logf("  store enqueue %d calls: %v", len(p.Calls), err)
-		s.verifyEnqueueFailed(p)
-		return nil, err
-	}
-	w := &writeRec{op: "enqueue"}
-	st.writes = append(st.writes, w)
-	s.applyEnqueue(st, w, p, res)
-	return res, nil
+	return res, r.recordEnqueue(nil, p, res, err)
 }
 
 func (r *recStore) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
-	s := r.s
 	res, err := r.db.JobClaimMany(ctx, p)
-	st := r.step("claim")
-	if st == nil {
-		return res, err
-	}
-	if err != nil {
-		s.logf("  store claim %d claims: %v", len(p.Claims), err)
-		s.verifyCounts(p.Namespace, "a failed claim")
-		return nil, err
-	}
-	w := &writeRec{op: "claim"}
-	st.writes = append(st.writes, w)
-	s.applyClaims(st, w, p, res)
-	return res, nil
+	return res, r.recordClaim(nil, p, res, err)
 }
 
 func (r *recStore) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
-	s := r.s
 	applied, err := r.db.JobUpdateMany(ctx, p)
-	st := r.step("update")
+	return applied, r.recordUpdate(nil, p, applied, err)
+}
+
+func (r *recStore) recordEnqueue(rs *recStep, p store.JobEnqueueManyParams, res [][]api.EnqueueResult, err error) error {
+	return r.recorded(rs, "enqueue", fmt.Sprintf("%d calls", len(p.Calls)), err,
+		func() { r.s.verifyEnqueueFailed(p) },
+		func(st *stepCtx, w *writeRec) { r.s.applyEnqueue(st, w, p, res) })
+}
+
+func (r *recStore) recordClaim(rs *recStep, p store.JobClaimManyParams, res [][]store.Job, err error) error {
+	return r.recorded(rs, "claim", fmt.Sprintf("%d claims", len(p.Claims)), err,
+		func() { r.s.verifyCounts(p.Namespace, "a failed claim") },
+		func(st *stepCtx, w *writeRec) { r.s.applyClaims(st, w, p, res) })
+}
+
+func (r *recStore) recordUpdate(rs *recStep, p store.JobUpdateManyParams, applied []bool, err error) error {
+	return r.recorded(rs, "update", fmt.Sprintf("%d updates", len(p.Updates)), err,
+		func() { r.s.verifyUpdatesFailed(p) },
+		func(st *stepCtx, w *writeRec) { r.s.applyUpdates(st, w, p, applied) })
+}
+
+// recorded takes a write that reached SQLite into the model. A failed one
+// must have left the store as the model holds it (with rs, the whole step
+// rolled back: nothing of it reaches the model). A successful one is
+// applied now, or with rs when the step commits.
+func (r *recStore) recorded(rs *recStep, op, what string, err error, verify func(), apply func(st *stepCtx, w *writeRec)) error {
+	st := r.step(op)
 	if st == nil {
-		return applied, err
+		return err
 	}
 	if err != nil {
-		s.logf("  store update %d updates: %v", len(p.Updates), err)
-		s.verifyUpdatesFailed(p)
-		return nil, err
+		note := ""
+		if rs != nil {
+			rs.pending = nil
+			note = " (the step rolled back)"
+		}
+		r.s.logf("  store %s %s: %v%s", op, what, err, note)
+		verify()
+		return err
 	}
-	w := &writeRec{op: "update"}
+	if rs != nil {
+		rs.pending = append(rs.pending, &pendingWrite{op: op, apply: apply})
+		return nil
+	}
+	w := &writeRec{op: op}
 	st.writes = append(st.writes, w)
-	s.applyUpdates(st, w, p, applied)
-	return applied, nil
+	apply(st, w)
+	return nil
 }
 
 // ---------------------------------------------------------------------------

@@ -154,9 +154,21 @@ func TestStepWithoutWrites(t *testing.T) {
 	if _, err := st.JobCount(ctx, "acme"); err != nil {
 		t.Fatal(err)
 	}
-	// Were the write lock held, this would wait for the step forever.
-	if _, err := s.JobEnqueueMany(ctx, enqueueParams(now, "a")); err != nil {
-		t.Fatal(err)
+	// Were the write lock held, this write would wait for the step.
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := s.JobEnqueueMany(ctx, enqueueParams(now, "a"))
+		wrote <- err
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		st.Rollback() // let the write through so the test can end
+		<-wrote
+		t.Fatal("a write outside the step waited for a step that only read")
 	}
 	if j, err := st.JobGet(ctx, "acme", "a"); err != nil || j.ID != "a" {
 		t.Errorf("JobGet in a read-only step = %v; want the committed job", err)
