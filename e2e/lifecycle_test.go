@@ -12,15 +12,27 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/bus"
 	"github.com/flexiq/flexiq/quota"
 	"github.com/flexiq/flexiq/store"
 )
 
 // Stopping a node under load loses no acknowledged enqueue, and every
 // request it took is answered: none waits for a timeout.
+//
+// The NATS server here outlives the node (--nats-url), as in a deployment
+// with a NATS cluster: a request then either reaches the node and is
+// answered, or finds no responder and is told so at once. (With the
+// embedded server, a request still in a client's socket when the server
+// itself goes away reaches nobody, and only its timeout can end it.)
 func TestGracefulStopLosesNoAcknowledgedEnqueue(t *testing.T) {
 	eachBackend(t, func(t *testing.T) {
-		e := start(t)
+		ns, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() }) // after the node's own cleanup
+		e := start(t, func(c *nodeConfig) { c.NATSURL = ns.ClientURL() })
 		tn := e.tenant("acme")
 		const producers = 8
 		var (
