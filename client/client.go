@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,11 +27,53 @@ type Client struct {
 	// Timeout bounds a request whose context has no deadline (default
 	// 10 s).
 	Timeout time.Duration
+
+	// lost ends when the connection drops. A request in flight then can
+	// get no reply: the server it went through is gone, or forgot where
+	// to send the reply while the client was away. It fails at once with
+	// ErrConnectionLost instead of waiting out its timeout. Requests made
+	// after the drop get a new lost and go out on reconnection.
+	mu      sync.Mutex
+	lost    context.Context
+	drop    context.CancelCauseFunc
+	status  chan nats.Status
+	watched chan struct{}
 }
 
-// New returns a client on nc authenticating with token.
+// ErrConnectionLost is the cause of a request that was in flight when the
+// connection to NATS dropped. Whether a node acted on it is unknown, as
+// after a timeout.
+var ErrConnectionLost = errors.New("connection to NATS lost before the reply")
+
+// New returns a client on nc authenticating with token. It watches nc's
+// status until nc closes (Close closes it).
 func New(nc *nats.Conn, token string) *Client {
-	return &Client{nc: nc, token: token, Timeout: 10 * time.Second}
+	c := &Client{nc: nc, token: token, Timeout: 10 * time.Second, watched: make(chan struct{})}
+	c.lost, c.drop = context.WithCancelCause(context.Background())
+	c.status = nc.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
+	go c.watch()
+	if nc.IsClosed() {
+		// Closed before the listener was in place: no event will come.
+		nc.RemoveStatusListener(c.status)
+	}
+	return c
+}
+
+// watch ends the current lost on every drop, until the connection closes.
+func (c *Client) watch() {
+	defer close(c.watched)
+	for st := range c.status {
+		c.mu.Lock()
+		c.drop(ErrConnectionLost)
+		c.lost, c.drop = context.WithCancelCause(context.Background())
+		c.mu.Unlock()
+		if st == nats.CLOSED {
+			c.nc.RemoveStatusListener(c.status)
+		}
+	}
+	c.mu.Lock()
+	c.drop(ErrConnectionLost)
+	c.mu.Unlock()
 }
 
 // Connect dials url and returns a client owning the connection.
@@ -43,7 +86,11 @@ func Connect(url, token string, opts ...nats.Option) (*Client, error) {
 }
 
 // Close closes the connection.
-func (c *Client) Close() { c.nc.Close() }
+func (c *Client) Close() {
+	c.nc.Close()
+	c.nc.RemoveStatusListener(c.status)
+	<-c.watched
+}
 
 // Conn is the client's connection.
 func (c *Client) Conn() *nats.Conn { return c.nc }
@@ -63,10 +110,19 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) error 
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
 	}
+	c.mu.Lock()
+	lost := c.lost
+	c.mu.Unlock()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(lost, func() { cancel(context.Cause(lost)) })()
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	msg.Header.Set(api.HeaderAuthorization, "Bearer "+c.token)
 	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrConnectionLost) {
+			err = cause
+		}
 		return fmt.Errorf("%w: %s: %w", ErrUnreachable, subject, err)
 	}
 	if e := replyError(reply); e != nil {

@@ -1,0 +1,127 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/flexiq/flexiq/api"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func startNATS(t *testing.T) *server.Server {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(5 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv
+}
+
+// A request in flight when the connection drops fails with
+// ErrConnectionLost, not after its timeout: its reply cannot come.
+func TestRequestInFlightFailsWhenTheConnectionDrops(t *testing.T) {
+	srv := startNATS(t)
+	// A node that takes the claim and never answers.
+	node, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	taken := make(chan struct{}, 1)
+	if _, err := node.Subscribe(api.SubjectClaim, func(*nats.Msg) { taken <- struct{}{} }); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	c, err := Connect(srv.ClientURL(), "tok", nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Timeout = time.Minute
+
+	type result struct {
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, err := c.Claim(context.Background(), api.ClaimRequest{Queues: []string{"q"}, Max: 1})
+		done <- result{err}
+	}()
+	<-taken
+	srv.Shutdown()
+
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the claim is still waiting 30 s after its connection dropped")
+	}
+	if !errors.Is(r.err, ErrConnectionLost) || !errors.Is(r.err, ErrUnreachable) {
+		t.Fatalf("claim error = %v, want ErrUnreachable caused by ErrConnectionLost", r.err)
+	}
+}
+
+// A request made after a drop, once reconnected, is answered as usual:
+// only the requests in flight at the drop fail.
+func TestRequestAfterReconnectIsAnswered(t *testing.T) {
+	srv := startNATS(t)
+	port := srv.Addr().(*net.TCPAddr).Port
+	c, err := Connect(srv.ClientURL(), "tok", nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reconnected := c.Conn().StatusChanged(nats.CONNECTED)
+	defer c.Conn().RemoveStatusListener(reconnected)
+
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	again, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Start()
+	defer again.Shutdown()
+	if !again.ReadyForConnections(5 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	select {
+	case <-reconnected:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no reconnection")
+	}
+	node, err := nats.Connect(again.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	if _, err := node.Subscribe(api.SubjectClaim, func(m *nats.Msg) { _ = m.Respond([]byte(`{"jobs":[{"id":"j1"}]}`)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := c.Claim(context.Background(), api.ClaimRequest{Queues: []string{"q"}, Max: 1})
+	if err != nil {
+		t.Fatalf("claim after reconnection: %v", err)
+	}
+	if len(jobs) != 1 || jobs[0].ID != "j1" {
+		t.Fatalf("claim after reconnection = %+v, want job j1", jobs)
+	}
+}
