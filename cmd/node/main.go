@@ -24,26 +24,10 @@ import (
 )
 
 func main() {
-	if pct, ok := gcPercent(os.Getenv); ok {
+	if pct, ok := node.GCPercent(os.Getenv); ok {
 		debug.SetGCPercent(pct)
 	}
 	os.Exit(realMain(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
-}
-
-// defaultGCPercent is the node's garbage-collection target unless GOGC
-// says otherwise. A node's live heap is small (tens of MiB) and it
-// allocates per request, so at Go's default of 100 it collects several
-// times a second under load; 400 costs about 20 MiB of peak memory and
-// measured 4-20 % more jobs/s (README, Performance). GOMEMLIMIT, when set,
-// still caps the heap.
-const defaultGCPercent = 400
-
-// gcPercent says what GC target to set: none when the operator set GOGC.
-func gcPercent(getenv func(string) string) (int, bool) {
-	if getenv("GOGC") != "" {
-		return 0, false
-	}
-	return defaultGCPercent, true
 }
 
 // usageError is a bad flag or value: exit 2.

@@ -66,14 +66,3 @@ func TestUnreachableStoreExits1(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want 1 naming NATS", code, errb.String())
 	}
 }
-
-func TestGCTargetIsRaisedUnlessGOGCIsSet(t *testing.T) {
-	if pct, ok := gcPercent(env(nil)); !ok || pct != defaultGCPercent {
-		t.Fatalf("GOGC unset: got (%d, %v), want (%d, true)", pct, ok, defaultGCPercent)
-	}
-	for _, v := range []string{"100", "off"} {
-		if pct, ok := gcPercent(env(map[string]string{"GOGC": v})); ok {
-			t.Fatalf("GOGC=%s: the node set its own target %d over the operator's", v, pct)
-		}
-	}
-}
