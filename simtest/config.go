@@ -40,7 +40,9 @@ type Config struct {
 	World  WorldConfig
 
 	// WrapStore, when set, wraps the store every actor sees (above the
-	// fault layer): mutation tests break rules here.
+	// fault layer): mutation tests break rules here. With StepTx the store
+	// it gets has BeginStep; a wrapper that hides it makes the actors
+	// write call by call.
 	WrapStore func(s actors.Store) actors.Store
 	// WrapStep, when set, wraps each step transaction (with StepTx) as the
 	// actors see it.

@@ -15,60 +15,145 @@ import (
 // or the quota cache the actors see, and wants the simulator to report that
 // rule's invariant. The same seeds pass unbroken in TestSeeds.
 
-// expectViolation plays seeds with tweak until one reports inv.
+// expectViolation plays seeds with tweak until one reports inv, once with
+// the actors writing call by call (as on PostgreSQL and Redis) and once
+// with each actor step as one transaction (as on SQLite). A tweak that
+// sets StepTx itself plays in that mode only.
 func expectViolation(t *testing.T, inv string, tweak func(*Config)) {
 	t.Helper()
-	for seed := uint64(1); seed <= 30; seed++ {
-		s := runSeed(t, seed, 0.5, func(c *Config) {
-			c.Faults = FaultConfig{}
-			c.KeepGoing = true
-			tweak(c)
-		})
-		for _, v := range s.Violations() {
-			if v.Inv == inv {
-				t.Logf("seed %d caught it (first violation: %v)", seed, s.Violations()[0])
-				return
-			}
-		}
+	// Tweaks only set fields, so one applied to an empty Config tells
+	// whether it asks for a mode.
+	probe := Config{}
+	tweak(&probe)
+	modes := []bool{false, true}
+	if probe.StepTx {
+		modes = []bool{true}
 	}
-	t.Fatalf("no seed reported %s", inv)
+	for _, step := range modes {
+		name := "calls"
+		if step {
+			name = "step"
+		}
+		t.Run(name, func(t *testing.T) {
+			for seed := uint64(1); seed <= 30; seed++ {
+				s := runSeed(t, seed, 0.5, func(c *Config) {
+					c.Faults = FaultConfig{}
+					c.KeepGoing = true
+					c.StepTx = step
+					tweak(c)
+				})
+				for _, v := range s.Violations() {
+					if v.Inv == inv {
+						t.Logf("seed %d caught it (first violation: %v)", seed, s.Violations()[0])
+						return
+					}
+				}
+			}
+			t.Fatalf("no seed reported %s", inv)
+		})
+	}
 }
 
-// storeMutant overrides some of a store's methods.
+// mutations override some of a store's methods. Each gets next, the store
+// or step transaction it wraps, and must write through it only: in a step,
+// a write beside the transaction would wait for the lock the step holds.
+type mutations struct {
+	enqueue func(ctx context.Context, next actors.Store, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error)
+	claim   func(ctx context.Context, next actors.Store, p store.JobClaimManyParams) ([][]store.Job, error)
+	update  func(ctx context.Context, next actors.Store, p store.JobUpdateManyParams) ([]bool, error)
+	count   func(ctx context.Context, next actors.Store, ns string) (store.Counts, error)
+}
+
+// mutate wraps s with m. When s runs steps as transactions, so does the
+// wrapper, and each step transaction is mutated alike.
+func mutate(s actors.Store, m mutations) actors.Store {
+	w := &storeMutant{Store: s, m: m}
+	if sp, ok := s.(interface {
+		BeginStep(context.Context) store.StepTx
+	}); ok {
+		return &steppingMutant{storeMutant: w, begin: sp.BeginStep}
+	}
+	return w
+}
+
+// storeMutant is a store with mutations.
 type storeMutant struct {
 	actors.Store
-	enqueue func(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error)
-	claim   func(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error)
-	update  func(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error)
-	count   func(ctx context.Context, ns string) (store.Counts, error)
+	m mutations
 }
 
-func (m *storeMutant) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
-	if m.enqueue != nil {
-		return m.enqueue(ctx, p)
+func (w *storeMutant) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
+	if w.m.enqueue != nil {
+		return w.m.enqueue(ctx, w.Store, p)
 	}
-	return m.Store.JobEnqueueMany(ctx, p)
+	return w.Store.JobEnqueueMany(ctx, p)
 }
 
-func (m *storeMutant) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
-	if m.claim != nil {
-		return m.claim(ctx, p)
+func (w *storeMutant) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
+	if w.m.claim != nil {
+		return w.m.claim(ctx, w.Store, p)
 	}
-	return m.Store.JobClaimMany(ctx, p)
+	return w.Store.JobClaimMany(ctx, p)
 }
 
-func (m *storeMutant) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
-	if m.update != nil {
-		return m.update(ctx, p)
+func (w *storeMutant) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
+	if w.m.update != nil {
+		return w.m.update(ctx, w.Store, p)
 	}
-	return m.Store.JobUpdateMany(ctx, p)
+	return w.Store.JobUpdateMany(ctx, p)
 }
 
-func (m *storeMutant) JobCount(ctx context.Context, ns string) (store.Counts, error) {
-	if m.count != nil {
-		return m.count(ctx, ns)
+func (w *storeMutant) JobCount(ctx context.Context, ns string) (store.Counts, error) {
+	if w.m.count != nil {
+		return w.m.count(ctx, w.Store, ns)
 	}
-	return m.Store.JobCount(ctx, ns)
+	return w.Store.JobCount(ctx, ns)
+}
+
+// steppingMutant is a storeMutant over a store that runs steps.
+type steppingMutant struct {
+	*storeMutant
+	begin func(context.Context) store.StepTx
+}
+
+func (w *steppingMutant) BeginStep(ctx context.Context) store.StepTx {
+	tx := w.begin(ctx)
+	return &txMutant{StepTx: tx, storeMutant: &storeMutant{Store: tx, m: w.m}}
+}
+
+// txMutant is a step transaction with the mutations: the store methods go
+// through storeMutant, Commit and Rollback straight to the transaction.
+type txMutant struct {
+	store.StepTx
+	*storeMutant
+}
+
+func (t *txMutant) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
+	return t.storeMutant.JobEnqueueMany(ctx, p)
+}
+
+func (t *txMutant) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
+	return t.storeMutant.JobClaimMany(ctx, p)
+}
+
+func (t *txMutant) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
+	return t.storeMutant.JobUpdateMany(ctx, p)
+}
+
+func (t *txMutant) JobCount(ctx context.Context, ns string) (store.Counts, error) {
+	return t.storeMutant.JobCount(ctx, ns)
+}
+
+func (t *txMutant) JobGet(ctx context.Context, ns, id string) (store.Job, error) {
+	return t.StepTx.JobGet(ctx, ns, id)
+}
+
+func (t *txMutant) JobNextRunAt(ctx context.Context, ns string, queues []string) (time.Time, bool, error) {
+	return t.StepTx.JobNextRunAt(ctx, ns, queues)
+}
+
+func (t *txMutant) JobListRunning(ctx context.Context, ns string) ([]store.Job, error) {
+	return t.StepTx.JobListRunning(ctx, ns)
 }
 
 // snapMutant rewrites snapshots on their way to the actors.
@@ -97,10 +182,10 @@ func TestMutationRunningCap(t *testing.T) {
 	expectViolation(t, InvRunningCap, func(c *Config) {
 		quotaAll(c, `{"max_running":1}`)
 		c.WrapStore = func(s actors.Store) actors.Store {
-			return &storeMutant{Store: s, claim: func(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
+			return mutate(s, mutations{claim: func(ctx context.Context, next actors.Store, p store.JobClaimManyParams) ([][]store.Job, error) {
 				p.Allow, p.ExcludeTasks = nil, nil
-				return s.JobClaimMany(ctx, p)
-			}}
+				return next.JobClaimMany(ctx, p)
+			}})
 		}
 	})
 }
@@ -133,9 +218,9 @@ func TestMutationShedClaimed(t *testing.T) {
 		quotaAll(c, `{"max_pending":2,"on_excess":"drop"}`)
 		c.WrapStore = func(s actors.Store) actors.Store {
 			var shed []store.NewJob
-			return &storeMutant{Store: s,
-				enqueue: func(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
-					res, err := s.JobEnqueueMany(ctx, p)
+			return mutate(s, mutations{
+				enqueue: func(ctx context.Context, next actors.Store, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
+					res, err := next.JobEnqueueMany(ctx, p)
 					if err == nil {
 						for _, call := range p.Calls {
 							if call.ShedError != "" {
@@ -145,8 +230,8 @@ func TestMutationShedClaimed(t *testing.T) {
 					}
 					return res, err
 				},
-				claim: func(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
-					res, err := s.JobClaimMany(ctx, p)
+				claim: func(ctx context.Context, next actors.Store, p store.JobClaimManyParams) ([][]store.Job, error) {
+					res, err := next.JobClaimMany(ctx, p)
 					if err == nil && len(shed) > 0 && len(res) > 0 {
 						j := shed[0]
 						shed = shed[1:]
@@ -155,7 +240,7 @@ func TestMutationShedClaimed(t *testing.T) {
 					}
 					return res, err
 				},
-			}
+			})
 		}
 	})
 }
@@ -166,7 +251,7 @@ func TestMutationBatchWhole(t *testing.T) {
 		quotaAll(c, `{}`)
 		c.Load.Batch, c.Load.MaxBatch = 0.8, 4
 		c.WrapStore = func(s actors.Store) actors.Store {
-			return &storeMutant{Store: s, enqueue: func(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
+			return mutate(s, mutations{enqueue: func(ctx context.Context, next actors.Store, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
 				var dropped []*store.NewJob
 				calls := make([]store.EnqueueCall, len(p.Calls))
 				for i, call := range p.Calls {
@@ -179,14 +264,14 @@ func TestMutationBatchWhole(t *testing.T) {
 					calls[i] = call
 				}
 				p.Calls = calls
-				res, err := s.JobEnqueueMany(ctx, p)
+				res, err := next.JobEnqueueMany(ctx, p)
 				for i := range res {
 					if j := dropped[i]; j != nil {
 						res[i] = append(res[i], api.EnqueueResult{ID: j.ID, Outcome: api.OutcomeEnqueued})
 					}
 				}
 				return res, err
-			}}
+			}})
 		}
 	})
 }
@@ -196,16 +281,16 @@ func TestMutationWrittenTwice(t *testing.T) {
 	expectViolation(t, InvBatchWhole, func(c *Config) {
 		quotaAll(c, `{}`)
 		c.WrapStore = func(s actors.Store) actors.Store {
-			return &storeMutant{Store: s, enqueue: func(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
-				res, err := s.JobEnqueueMany(ctx, p)
+			return mutate(s, mutations{enqueue: func(ctx context.Context, next actors.Store, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
+				res, err := next.JobEnqueueMany(ctx, p)
 				if err == nil && len(p.Calls) == 1 && len(p.Calls[0].Jobs) == 1 && p.Calls[0].Jobs[0].Generated {
 					again := p
 					again.Calls = []store.EnqueueCall{{Jobs: []store.NewJob{p.Calls[0].Jobs[0]}}}
 					again.Calls[0].Jobs[0].ID += "-again"
-					_, _ = s.JobEnqueueMany(ctx, again)
+					_, _ = next.JobEnqueueMany(ctx, again)
 				}
 				return res, err
-			}}
+			}})
 		}
 	})
 }
@@ -216,13 +301,13 @@ func TestMutationLostEnqueue(t *testing.T) {
 		quotaAll(c, `{}`)
 		c.WrapStore = func(s actors.Store) actors.Store {
 			n := 0
-			return &storeMutant{Store: s, enqueue: func(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
+			return mutate(s, mutations{enqueue: func(ctx context.Context, next actors.Store, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
 				n++
 				if n%5 == 0 && len(p.Calls) == 1 && len(p.Calls[0].Jobs) == 1 && p.Calls[0].ShedError == "" {
 					return [][]api.EnqueueResult{{{ID: p.Calls[0].Jobs[0].ID, Outcome: api.OutcomeEnqueued}}}, nil
 				}
-				return s.JobEnqueueMany(ctx, p)
-			}}
+				return next.JobEnqueueMany(ctx, p)
+			}})
 		}
 	})
 }
@@ -308,7 +393,7 @@ func TestMutationHeldBackAttempt(t *testing.T) {
 	expectViolation(t, InvAttempt, func(c *Config) {
 		quotaAll(c, `{"max_running":1}`)
 		c.WrapStore = func(s actors.Store) actors.Store {
-			return &storeMutant{Store: s, claim: func(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
+			return mutate(s, mutations{claim: func(ctx context.Context, next actors.Store, p store.JobClaimManyParams) ([][]store.Job, error) {
 				var forced []bool // per job taken, in order: was it held back?
 				if allow := p.Allow; allow != nil {
 					p.Allow = func(queue, task string) store.ClaimVerdict {
@@ -318,7 +403,7 @@ func TestMutationHeldBackAttempt(t *testing.T) {
 					}
 				}
 				p.ExcludeTasks = nil
-				res, err := s.JobClaimMany(ctx, p)
+				res, err := next.JobClaimMany(ctx, p)
 				if err != nil {
 					return res, err
 				}
@@ -338,12 +423,12 @@ func TestMutationHeldBackAttempt(t *testing.T) {
 					res[ci] = keep
 				}
 				if len(back.Updates) > 0 {
-					if _, err := s.JobUpdateMany(ctx, back); err != nil {
+					if _, err := next.JobUpdateMany(ctx, back); err != nil {
 						return nil, err
 					}
 				}
 				return res, nil
-			}}
+			}})
 		}
 	})
 }
@@ -353,13 +438,13 @@ func TestMutationCounts(t *testing.T) {
 	expectViolation(t, InvCounts, func(c *Config) {
 		c.Chaos.RestartEvery = c.TTL
 		c.WrapStore = func(s actors.Store) actors.Store {
-			return &storeMutant{Store: s, count: func(ctx context.Context, ns string) (store.Counts, error) {
-				n, err := s.JobCount(ctx, ns)
+			return mutate(s, mutations{count: func(ctx context.Context, next actors.Store, ns string) (store.Counts, error) {
+				n, err := next.JobCount(ctx, ns)
 				if n.Pending > 0 {
 					n.Pending--
 				}
 				return n, err
-			}}
+			}})
 		}
 	})
 }
@@ -369,7 +454,7 @@ func TestMutationLease(t *testing.T) {
 	expectViolation(t, InvLease, func(c *Config) {
 		c.Load.Crash = 0.3
 		c.WrapStore = func(s actors.Store) actors.Store {
-			return &storeMutant{Store: s, update: func(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
+			return mutate(s, mutations{update: func(ctx context.Context, next actors.Store, p store.JobUpdateManyParams) ([]bool, error) {
 				var keep []store.JobUpdate
 				var idx []int
 				for i, u := range p.Updates {
@@ -386,14 +471,14 @@ func TestMutationLease(t *testing.T) {
 					return out, nil
 				}
 				p.Updates = keep
-				applied, err := s.JobUpdateMany(ctx, p)
+				applied, err := next.JobUpdateMany(ctx, p)
 				for k, i := range idx {
 					if k < len(applied) {
 						out[i] = applied[k]
 					}
 				}
 				return out, err
-			}}
+			}})
 		}
 	})
 }
@@ -403,7 +488,7 @@ func TestMutationBackoff(t *testing.T) {
 	expectViolation(t, InvBackoff, func(c *Config) {
 		c.Load.Nack = 0.5
 		c.WrapStore = func(s actors.Store) actors.Store {
-			return &storeMutant{Store: s, update: func(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
+			return mutate(s, mutations{update: func(ctx context.Context, next actors.Store, p store.JobUpdateManyParams) ([]bool, error) {
 				ups := make([]store.JobUpdate, len(p.Updates))
 				for i, u := range p.Updates {
 					if u.Kind == store.UpdateRetry {
@@ -412,8 +497,8 @@ func TestMutationBackoff(t *testing.T) {
 					ups[i] = u
 				}
 				p.Updates = ups
-				return s.JobUpdateMany(ctx, p)
-			}}
+				return next.JobUpdateMany(ctx, p)
+			}})
 		}
 	})
 }

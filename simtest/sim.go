@@ -129,7 +129,6 @@ func New(cfg Config) (*Sim, error) {
 		s.store = faultStepper{s.flt}
 	}
 	if cfg.WrapStore != nil {
-		// A wrapper hides BeginStep: mutation tests write call by call.
 		s.store = cfg.WrapStore(s.store)
 	}
 	for i := 0; i < cfg.Nodes; i++ {
