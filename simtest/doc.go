@@ -45,7 +45,8 @@
 // TestSeeds plays many seeds (each prints the command that replays it when
 // it fails; -v also prints what the seeds exercised), TestDeterminism plays
 // seeds twice and wants byte-identical traces, the TestMutation… tests break
-// one rule each and expect the simulator to name it, and TestScripts runs the
-// readable scenarios of testdata/*.txt. Under -race each seed runs shorter
-// (-simlen 0.3), as SQLite is pure Go and the detector slows it some 30×.
+// one rule each and expect the simulator to name it in both write modes, and
+// TestScripts runs the readable scenarios of testdata/*.txt. Under -race
+// each seed runs shorter (-simlen 0.3), as SQLite is pure Go and the
+// detector slows it some 30×.
 package simtest
