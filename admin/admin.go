@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -229,6 +230,9 @@ func readJSON(r *http.Request) ([]byte, error) {
 	}
 	if !json.Valid(body) {
 		return nil, api.BadRequest("request body is not valid JSON")
+	}
+	if !utf8.Valid(body) {
+		return nil, api.BadRequest("request body is not valid JSON: it is not UTF-8")
 	}
 	return body, nil
 }

@@ -42,10 +42,11 @@ const (
 
 // Error is the one error type of the API. It is created where a rule lives
 // and rendered unchanged by every surface, so all clients see the same code,
-// reason and message for the same situation.
+// reason and message for the same situation. Reason is always rendered,
+// "" when none applies (SPEC §7: "one of … or empty").
 type Error struct {
 	Code    Code   `json:"code"`
-	Reason  Reason `json:"reason,omitempty"`
+	Reason  Reason `json:"reason"`
 	Message string `json:"message"`
 }
 

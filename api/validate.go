@@ -3,7 +3,11 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
+	"time"
+	"unicode/utf8"
 )
 
 // Limits of SPEC §5.
@@ -104,15 +108,60 @@ func (r *EnqueueRequest) Validate() error {
 }
 
 // Decode unmarshals a request body into v. A body that is not JSON, or
-// whose JSON does not fit v's shape, is INVALID_ARGUMENT / BAD_REQUEST.
+// whose JSON does not fit v's shape, is INVALID_ARGUMENT / BAD_REQUEST; the
+// message names the field that does not fit and what it must be.
 func Decode(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return BadRequest("request body must be a JSON object")
 	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return BadRequest("request body is not valid JSON for this call: %v", err)
+	if !utf8.Valid(body) {
+		// encoding/json would quietly turn the bad bytes into U+FFFD, and a
+		// name would be stored as something the caller never sent.
+		return BadRequest("request body is not valid JSON: it is not UTF-8")
 	}
-	return nil
+	err := json.Unmarshal(body, v)
+	if err == nil {
+		return nil
+	}
+	var (
+		syntax *json.SyntaxError
+		typ    *json.UnmarshalTypeError
+		tm     *time.ParseError
+	)
+	switch {
+	case errors.As(err, &syntax):
+		return BadRequest("request body is not valid JSON: %v", syntax)
+	case errors.As(err, &typ) && typ.Field != "":
+		return BadRequest("%s: must be %s, got %s", typ.Field, jsonKind(typ.Type), typ.Value)
+	case errors.As(err, &typ):
+		return BadRequest("request body must be %s, got %s", jsonKind(typ.Type), typ.Value)
+	case errors.As(err, &tm):
+		return BadRequest("a time must be RFC 3339, such as 2026-01-02T15:04:05Z, got %q", tm.Value)
+	}
+	return BadRequest("request body is not valid JSON for this call: %v", err)
+}
+
+// jsonKind says what JSON a Go type takes, for a refusal.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "a JSON " + t.String()
 }
 
 // Validate checks a replay request: 1..MaxJobsPerCall distinct, non-empty
