@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -330,4 +331,37 @@ func TestRetentionTTLAndCeilingsConvergeInBatches(t *testing.T) {
 			t.Fatalf("ttl sweep = %+v %v, want 110 deleted", res, err)
 		}
 	})
+}
+
+// What the admin door cannot store as the caller sent it is refused, naming
+// the field: bytes that are not UTF-8 (JSON must be), a schedule that would
+// silently fire every second. Every error body carries a reason, "" when
+// none applies.
+func TestAdminRefusesWhatItCannotStoreAsSent(t *testing.T) {
+	e := start(t)
+	tn := e.tenant("acme")
+
+	st, body := e.do("POST", "/v1/tokens", e.root, []byte("{\"namespace\":\"\xff\xfe\",\"role\":\"admin\"}"))
+	var eb api.ErrorBody
+	if err := json.Unmarshal(body, &eb); err != nil || st != http.StatusBadRequest || eb.Error == nil ||
+		eb.Error.Reason != api.ReasonBadRequest || eb.Error.Message != "request body is not valid JSON: it is not UTF-8" {
+		t.Fatalf("token for a namespace that is not UTF-8: %d %s", st, body)
+	}
+
+	for _, spec := range []string{"@every 0s", "@every -1s", "@every 500ms"} {
+		st, body := e.do("POST", "/v1/periodic", tn.admin, map[string]any{"name": "fast", "cron": spec, "queue": "q", "task": "t"})
+		if st != http.StatusBadRequest || !strings.Contains(string(body), `cron: @every takes a duration of at least 1s`) {
+			t.Fatalf("cron %q: %d %s", spec, st, body)
+		}
+	}
+	items, err := e.node.Store.ConfigList(context.Background(), "acme", store.KindPeriodic)
+	if err != nil || len(items) != 0 {
+		t.Fatalf("refused schedules were stored: %v %v", items, err)
+	}
+	e.mustDo(http.StatusCreated, "POST", "/v1/periodic", tn.admin, map[string]any{"name": "slow", "cron": "@every 1s", "queue": "q", "task": "t"}, nil)
+
+	st, body = e.do("GET", "/v1/quota", "", nil)
+	if st != http.StatusUnauthorized || !strings.Contains(string(body), `"reason":""`) {
+		t.Fatalf("401 body %s: want a reason key, empty", body)
+	}
 }

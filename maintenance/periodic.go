@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -46,8 +47,21 @@ func (nopObserver) Fired(string, string) {}
 // cronParser takes 5-field cron and descriptors such as "@every 30s".
 var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
-// ParseCron parses a schedule.
-func ParseCron(spec string) (cron.Schedule, error) { return cronParser.Parse(spec) }
+// ParseCron parses a schedule. An @every shorter than a second is refused:
+// the parser would quietly make -5s or 0s into 1s, a schedule that fires
+// every second, which nobody who wrote it meant.
+func ParseCron(spec string) (cron.Schedule, error) {
+	if rest, ok := strings.CutPrefix(strings.TrimSpace(spec), "@every "); ok {
+		d, err := time.ParseDuration(strings.TrimSpace(rest))
+		if err != nil {
+			return nil, fmt.Errorf("@every: %w", err)
+		}
+		if d < time.Second {
+			return nil, fmt.Errorf("@every takes a duration of at least 1s, got %v", d)
+		}
+	}
+	return cronParser.Parse(spec)
+}
 
 // periodicState is what is kept of a schedule's fires: the tick it last
 // fired for, and which definition (by creation seq) that was.
