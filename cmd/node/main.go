@@ -21,6 +21,7 @@ import (
 	"github.com/oklog/run"
 
 	"github.com/flexiq/flexiq/node"
+	"github.com/flexiq/flexiq/store/open"
 )
 
 func main() {
@@ -171,12 +172,42 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 			fs.PrintDefaults()
 			return cfg, err
 		}
-		return cfg, usageError{err.Error()}
+		return cfg, usageError{flagError(err, args)}
 	}
 	if fs.NArg() > 0 {
 		return cfg, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
+	if cfg.Store != "" {
+		if err := open.Check(cfg.Store); err != nil {
+			name := "FLEXIQ_STORE"
+			fs.Visit(func(f *flag.Flag) {
+				if f.Name == "store" {
+					name = "--store"
+				}
+			})
+			return cfg, usageError{fmt.Sprintf("%s: %v", name, err)}
+		}
+	}
 	return cfg, nil
+}
+
+// flagError words a flag package error with the flag as the user wrote it:
+// the package says "-archive-ttl" for "--archive-ttl".
+func flagError(err error, args []string) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		msg = "unknown flag -" + name
+	}
+	for _, a := range args {
+		if !strings.HasPrefix(a, "--") {
+			continue
+		}
+		name, _, _ := strings.Cut(a[2:], "=")
+		if i := strings.Index(msg, " -"+name); i >= 0 && !strings.Contains(msg, " --"+name) {
+			return msg[:i] + " --" + name + msg[i+2+len(name):]
+		}
+	}
+	return msg
 }
 
 type positiveDuration struct{ d *time.Duration }

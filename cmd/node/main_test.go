@@ -39,9 +39,13 @@ func TestBadValuesExit2NamingTheFlagOrVariable(t *testing.T) {
 		env  map[string]string
 		name string
 	}{
-		{[]string{"--archive-ttl", "soon"}, nil, "archive-ttl"},
-		{[]string{"--cleanup-batch", "0"}, nil, "cleanup-batch"},
-		{[]string{"--no-such-flag"}, nil, "no-such-flag"},
+		{[]string{"--archive-ttl", "soon"}, nil, "--archive-ttl"},
+		{[]string{"--cleanup-batch=0"}, nil, "--cleanup-batch"},
+		{[]string{"-cleanup-batch", "0"}, nil, " -cleanup-batch"},
+		{[]string{"--no-such-flag"}, nil, "unknown flag --no-such-flag"},
+		{[]string{"--store", "mysql://x"}, nil, `--store: store URL "mysql://x": unknown scheme "mysql"`},
+		{[]string{"--store", "sqlite://x.db?synchronous=MAYBE"}, nil, "--store: "},
+		{nil, map[string]string{"FLEXIQ_STORE": "sqlite://"}, "FLEXIQ_STORE: "},
 		{nil, map[string]string{"FLEXIQ_DEAD_TTL": "-1h"}, "FLEXIQ_DEAD_TTL"},
 		{nil, map[string]string{"FLEXIQ_MAINTENANCE": "maybe"}, "FLEXIQ_MAINTENANCE"},
 		{nil, map[string]string{"FLEXIQ_CLEANUP_BATCH": "many"}, "FLEXIQ_CLEANUP_BATCH"},

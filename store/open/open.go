@@ -23,37 +23,72 @@ import (
 // (default "fq:"; on Redis Cluster give one with a hash tag, e.g.
 // prefix={fq}:, so every script's keys share a slot).
 func Open(ctx context.Context, rawURL string) (store.Store, error) {
+	t, err := parse(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	switch t.kind {
+	case "sqlite":
+		return orNil(sqlite.Open(ctx, t.addr, t.sqlite))
+	case "postgres":
+		return orNil(postgres.Open(ctx, t.addr, postgres.Options{}))
+	default:
+		return orNil(redis.Open(ctx, t.addr, redis.Options{Prefix: t.prefix}))
+	}
+}
+
+// Check tells whether rawURL names a store Open knows how to open, without
+// opening it: a malformed URL is the operator's typo, found before
+// anything starts.
+func Check(rawURL string) error {
+	_, err := parse(rawURL)
+	return err
+}
+
+// target is a parsed store URL.
+type target struct {
+	kind   string // sqlite, postgres or redis
+	addr   string // the path or URL the backend opens
+	sqlite sqlite.Options
+	prefix string
+}
+
+func parse(rawURL string) (target, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
-		return nil, fmt.Errorf("store URL %q: want sqlite://<path>, postgres://… or redis://…", rawURL)
+		return target{}, fmt.Errorf("store URL %q: want sqlite://<path>, postgres://… or redis://…", rawURL)
 	}
 	switch scheme {
 	case "sqlite", "sqlite3":
 		path, query, _ := strings.Cut(rest, "?")
 		if path == "" {
-			return nil, fmt.Errorf("store URL %q: sqlite needs a path, e.g. sqlite://./flexiq-data/flexiq.db", rawURL)
+			return target{}, fmt.Errorf("store URL %q: sqlite needs a path, e.g. sqlite://./flexiq-data/flexiq.db", rawURL)
 		}
 		q, err := url.ParseQuery(query)
 		if err != nil {
-			return nil, fmt.Errorf("store URL %q: %w", rawURL, err)
+			return target{}, fmt.Errorf("store URL %q: %w", rawURL, err)
 		}
-		opt := sqlite.Options{Synchronous: q.Get("synchronous")}
 		for k := range q {
 			if k != "synchronous" {
-				return nil, fmt.Errorf("store URL %q: unknown option %q (sqlite takes synchronous=NORMAL|FULL)", rawURL, k)
+				return target{}, fmt.Errorf("store URL %q: unknown option %q (sqlite takes synchronous=NORMAL|FULL)", rawURL, k)
 			}
 		}
-		return orNil(sqlite.Open(ctx, path, opt))
+		switch strings.ToUpper(q.Get("synchronous")) {
+		case "", "NORMAL", "FULL", "EXTRA", "OFF":
+		default:
+			return target{}, fmt.Errorf("store URL %q: synchronous must be NORMAL or FULL, got %q", rawURL, q.Get("synchronous"))
+		}
+		return target{kind: "sqlite", addr: path, sqlite: sqlite.Options{Synchronous: q.Get("synchronous")}}, nil
 	case "postgres", "postgresql":
-		return orNil(postgres.Open(ctx, rawURL, postgres.Options{}))
+		return target{kind: "postgres", addr: rawURL}, nil
 	case "redis", "rediss":
 		u, prefix, err := redisURL(rawURL)
 		if err != nil {
-			return nil, err
+			return target{}, err
 		}
-		return orNil(redis.Open(ctx, u, redis.Options{Prefix: prefix}))
+		return target{kind: "redis", addr: u, prefix: prefix}, nil
 	default:
-		return nil, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite, postgres or redis)", rawURL, scheme)
+		return target{}, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite, postgres or redis)", rawURL, scheme)
 	}
 }
 
