@@ -116,6 +116,37 @@ func (f *flags) PosInt(name string, def int, usage string) *int {
 	return p
 }
 
+// IntIn is an integer within lo..hi, checked here so the refusal names the
+// flag (the server would name its own field).
+func (f *flags) IntIn(name string, def, lo, hi int, usage string) *int {
+	p := new(int)
+	*p = def
+	f.fn(name, usage, func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			return fmt.Errorf("must be an integer %d-%d, got %q", lo, hi, v)
+		}
+		*p = n
+		return nil
+	})
+	return p
+}
+
+// NonNegDuration is a Go duration of at least zero.
+func (f *flags) NonNegDuration(name string, def time.Duration, usage string) *time.Duration {
+	d := new(time.Duration)
+	*d = def
+	f.fn(name, usage, func(v string) error {
+		x, err := time.ParseDuration(v)
+		if err != nil || x < 0 {
+			return fmt.Errorf("must be a duration >= 0 such as 30s or 1h, got %q", v)
+		}
+		*d = x
+		return nil
+	})
+	return d
+}
+
 // Duration is a Go duration (30s, 1h). Its text as written is kept in
 // *text for flags whose value is sent on as text.
 func (f *flags) Duration(name string, def time.Duration, usage string) (d *time.Duration, text *string) {
