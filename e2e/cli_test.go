@@ -15,6 +15,8 @@ import (
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/cmd/fq/cli"
+	"github.com/flexiq/flexiq/quota"
+	"github.com/flexiq/flexiq/store"
 )
 
 // cliRun is one fq run.
@@ -608,5 +610,33 @@ func TestCLIBenchEnqueuePrintsJobsPerSecond(t *testing.T) {
 	if u := e.usage(e.root); u.Usage.Pending != 0 || u.Usage.Running != 0 || u.Usage.Archived != 3100 {
 		t.Fatalf("after bench work --sdk-worker: pending %d running %d archived %d, want 0, 0 and 3100",
 			u.Usage.Pending, u.Usage.Running, u.Usage.Archived)
+	}
+}
+
+// fq quota get on a namespace whose document cannot be read says it is
+// stopped, and shows no limit it cannot read as unlimited.
+func TestCLIQuotaGetOfAnUnreadableDocument(t *testing.T) {
+	e := start(t)
+	tn := e.tenant("acme")
+	for _, stored := range []string{`{not json`, `{"max_pending":"lots"}`} {
+		if _, err := e.node.Store.SettingPut(context.Background(), store.SettingPutParams{
+			Key: quota.Key("acme"), Value: []byte(stored), Now: time.Now(),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		r := e.fq(tn.admin, "quota", "get").want(t, 0)
+		if !strings.Contains(r.stdout, "state:     stopped: enqueues and claims are refused") {
+			t.Fatalf("%s: quota get printed\n%s\nwant the namespace shown stopped", stored, r.stdout)
+		}
+		wantMaxPending := `max_pending\s+lots\s`
+		if stored == `{not json` {
+			wantMaxPending = `max_pending\s+unreadable\s`
+			if regexp.MustCompile(`(?m)unlimited`).MatchString(r.stdout) {
+				t.Fatalf("%s: quota get printed\n%s\nwant no limit shown as unlimited", stored, r.stdout)
+			}
+		}
+		if !regexp.MustCompile(`(?m)^` + wantMaxPending).MatchString(r.stdout) {
+			t.Fatalf("%s: quota get printed\n%s\nwant %s", stored, r.stdout, wantMaxPending)
+		}
 	}
 }

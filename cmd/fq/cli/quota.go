@@ -164,7 +164,10 @@ func (a *app) printQuota(q quotaReply) {
 		fmt.Fprintf(a.stdout, "stored:    %s\n", q.Quota)
 	}
 	if q.Error != nil {
+		// Fail closed: nothing of the namespace runs while the document is
+		// unreadable, whatever the fields that did decode say.
 		fmt.Fprintf(a.stdout, "error:     %s\n", q.Error.Message)
+		fmt.Fprintf(a.stdout, "state:     stopped: enqueues and claims are refused until the document is fixed or cleared\n")
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	if q.Usage != nil {
@@ -174,6 +177,9 @@ func (a *app) printQuota(q quotaReply) {
 	}
 	for _, field := range quota.Fields {
 		limit := limitText(field, doc[field])
+		if doc == nil && q.Error != nil {
+			limit = "unreadable"
+		}
 		if q.Usage == nil {
 			fmt.Fprintf(tw, "%s\t%s\n", field, limit)
 			continue
