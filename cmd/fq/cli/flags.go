@@ -103,28 +103,22 @@ func (f *flags) Int64(name, usage string) *int64 {
 
 // PosInt is a client-side count, at least 1.
 func (f *flags) PosInt(name string, def int, usage string) *int {
-	p := new(int)
-	*p = def
-	f.fn(name, usage, func(v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return fmt.Errorf("must be an integer >= 1, got %q", v)
-		}
-		*p = n
-		return nil
-	})
-	return p
+	return f.intFlag(name, def, usage, func(n int) bool { return n >= 1 }, "an integer >= 1")
 }
 
 // IntIn is an integer within lo..hi, checked here so the refusal names the
 // flag (the server would name its own field).
 func (f *flags) IntIn(name string, def, lo, hi int, usage string) *int {
+	return f.intFlag(name, def, usage, func(n int) bool { return n >= lo && n <= hi }, fmt.Sprintf("an integer %d-%d", lo, hi))
+}
+
+func (f *flags) intFlag(name string, def int, usage string, ok func(int) bool, want string) *int {
 	p := new(int)
 	*p = def
 	f.fn(name, usage, func(v string) error {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < lo || n > hi {
-			return fmt.Errorf("must be an integer %d-%d, got %q", lo, hi, v)
+		if err != nil || !ok(n) {
+			return fmt.Errorf("must be %s, got %q", want, v)
 		}
 		*p = n
 		return nil
