@@ -203,8 +203,13 @@ func flagError(err error, args []string) string {
 			continue
 		}
 		name, _, _ := strings.Cut(a[2:], "=")
-		if i := strings.Index(msg, " -"+name); i >= 0 && !strings.Contains(msg, " --"+name) {
-			return msg[:i] + " --" + name + msg[i+2+len(name):]
+		i := strings.Index(msg, " -"+name)
+		if i < 0 {
+			continue
+		}
+		rest := msg[i+2+len(name):]
+		if rest == "" || rest[0] == ':' || rest[0] == ' ' {
+			return msg[:i] + " --" + name + rest
 		}
 	}
 	return msg
