@@ -103,42 +103,17 @@ func (f *flags) Int64(name, usage string) *int64 {
 
 // PosInt is a client-side count, at least 1.
 func (f *flags) PosInt(name string, def int, usage string) *int {
-	return f.intFlag(name, def, usage, func(n int) bool { return n >= 1 }, "an integer >= 1")
-}
-
-// IntIn is an integer within lo..hi, checked here so the refusal names the
-// flag (the server would name its own field).
-func (f *flags) IntIn(name string, def, lo, hi int, usage string) *int {
-	return f.intFlag(name, def, usage, func(n int) bool { return n >= lo && n <= hi }, fmt.Sprintf("an integer %d-%d", lo, hi))
-}
-
-func (f *flags) intFlag(name string, def int, usage string, ok func(int) bool, want string) *int {
 	p := new(int)
 	*p = def
 	f.fn(name, usage, func(v string) error {
 		n, err := strconv.Atoi(v)
-		if err != nil || !ok(n) {
-			return fmt.Errorf("must be %s, got %q", want, v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("must be an integer >= 1, got %q", v)
 		}
 		*p = n
 		return nil
 	})
 	return p
-}
-
-// NonNegDuration is a Go duration of at least zero.
-func (f *flags) NonNegDuration(name string, def time.Duration, usage string) *time.Duration {
-	d := new(time.Duration)
-	*d = def
-	f.fn(name, usage, func(v string) error {
-		x, err := time.ParseDuration(v)
-		if err != nil || x < 0 {
-			return fmt.Errorf("must be a duration >= 0 such as 30s or 1h, got %q", v)
-		}
-		*d = x
-		return nil
-	})
-	return d
 }
 
 // Duration is a Go duration (30s, 1h). Its text as written is kept in

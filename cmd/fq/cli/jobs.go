@@ -15,7 +15,7 @@ func (a *app) enqueue(cmd *command, args []string) error {
 	queue := f.String("queue", "", "queue (required)")
 	task := f.String("task", "", "task (required)")
 	payload := f.JSON("payload", "the job's payload, any JSON")
-	delay := f.NonNegDuration("delay", 0, "run the job this much later (e.g. 30s, 1h)")
+	delay, _ := f.Duration("delay", 0, "run the job this much later (e.g. 30s, 1h)")
 	uniqueKey := f.String("unique-key", "", "at most one live job holds this key")
 	count := f.PosInt("count", 1, "enqueue this many jobs in one call, admitted or refused as a unit (default 1)")
 	id := f.String("id", "", "the job's id (default: generated)")
@@ -128,7 +128,7 @@ func (a *app) deadList(cmd *command, args []string) error {
 	f := a.newFlags(cmd)
 	queue := f.String("queue", "", "only this queue's dead letters")
 	shed := f.Bool("shed", "only jobs shed by the quota (drop mode)")
-	limit := f.IntIn("limit", 100, 1, 10000, "at most this many, newest first (default 100)")
+	limit := f.PosInt("limit", 100, "at most this many, newest first (default 100)")
 	asJSON := f.Bool("json", `print {"jobs":[…]} as is`)
 	pos, err := f.parse(args, true)
 	if err != nil {
