@@ -73,10 +73,8 @@ func parse(rawURL string) (target, error) {
 				return target{}, fmt.Errorf("store URL %q: unknown option %q (sqlite takes synchronous=NORMAL|FULL)", rawURL, k)
 			}
 		}
-		switch strings.ToUpper(q.Get("synchronous")) {
-		case "", "NORMAL", "FULL", "EXTRA", "OFF":
-		default:
-			return target{}, fmt.Errorf("store URL %q: synchronous must be NORMAL or FULL, got %q", rawURL, q.Get("synchronous"))
+		if err := sqlite.CheckSynchronous(q.Get("synchronous")); err != nil {
+			return target{}, fmt.Errorf("store URL %q: %w", rawURL, err)
 		}
 		return target{kind: "sqlite", addr: path, sqlite: sqlite.Options{Synchronous: q.Get("synchronous")}}, nil
 	case "postgres", "postgresql":

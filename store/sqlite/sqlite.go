@@ -76,19 +76,28 @@ const (
 
 var _ store.Store = (*Store)(nil)
 
+// CheckSynchronous tells whether v is a synchronous setting Open takes
+// ("" is the default, NORMAL).
+func CheckSynchronous(v string) error {
+	switch strings.ToUpper(v) {
+	case "", "NORMAL", "FULL", "EXTRA", "OFF":
+		return nil
+	}
+	return fmt.Errorf("synchronous must be NORMAL or FULL, got %q", v)
+}
+
 // Open opens (creating if needed) the database at path and migrates it.
 // path ":memory:" is a private database for tests and simulations: a
 // temporary file with synchronous OFF, removed on Close. (A real SQLite
 // :memory: database is private to one connection, and the store needs a
 // writer and readers.)
 func Open(ctx context.Context, path string, opt Options) (*Store, error) {
+	if err := CheckSynchronous(opt.Synchronous); err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
 	sync := strings.ToUpper(opt.Synchronous)
-	switch sync {
-	case "":
+	if sync == "" {
 		sync = "NORMAL"
-	case "NORMAL", "FULL", "EXTRA", "OFF":
-	default:
-		return nil, fmt.Errorf("sqlite: synchronous must be NORMAL or FULL, got %q", opt.Synchronous)
 	}
 	var temp string
 	if path == ":memory:" {
