@@ -59,6 +59,13 @@ func Errorf(code Code, reason Reason, format string, args ...any) *Error {
 	return &Error{Code: code, Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
 
+// Unauthenticated is the refusal of a missing, unknown or revoked token,
+// the same on every surface: a request's Authorization header, and a NATS
+// connection the bus refused.
+func Unauthenticated() *Error {
+	return &Error{Code: CodeUnauthenticated, Message: "missing or invalid token: send Authorization: Bearer <token>"}
+}
+
 // AsError finds an *Error in err's chain.
 func AsError(err error) (*Error, bool) {
 	var e *Error

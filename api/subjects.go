@@ -1,5 +1,10 @@
 package api
 
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
 // The v1 subjects. Every request subject is served by every node in queue
 // group QueueGroup under the micro service ServiceName.
 const (
@@ -31,3 +36,36 @@ const (
 	HeaderErrorCode = "Nats-Service-Error-Code"
 	HeaderError     = "Nats-Service-Error"
 )
+
+// The bus's permissions (SPEC §7 "Who may use the bus"). A client connects
+// with its FlexiQ token as its NATS token and may publish only the request
+// subjects (and the $SRV discovery verbs) and subscribe only below its
+// private inbox prefix; nodes connect with the cluster secret.
+const (
+	// InboxPrefixBase is followed by the first 16 hex digits of the
+	// SHA-256 of the connection's token.
+	InboxPrefixBase = "_INBOX_"
+	// SubjectInternal is the nodes' own space (forwarding, membership).
+	SubjectInternal = "fq.internal.>"
+)
+
+// RequestSubjects are the subjects a client may publish to.
+var RequestSubjects = []string{
+	SubjectEnqueue, SubjectClaim, SubjectHeartbeat, SubjectAck, SubjectNack, SubjectEvent, SubjectDeadReplay,
+}
+
+// DiscoverySubjects are the micro discovery verbs a client may publish to
+// ($SRV.PING, $SRV.PING.flexiq, $SRV.PING.flexiq.<id>, and INFO, STATS).
+var DiscoverySubjects = []string{
+	"$SRV.PING", "$SRV.PING.>", "$SRV.INFO", "$SRV.INFO.>", "$SRV.STATS", "$SRV.STATS.>",
+}
+
+// InboxPrefix is the private inbox prefix of a connection made with token:
+// "_INBOX_" and the first 16 hex digits of SHA-256(token). The client sets
+// it as its inbox prefix (nats.go CustomInboxPrefix, nats.js inboxPrefix);
+// the server lets it subscribe below it and nowhere else, so no other
+// tenant can read its replies.
+func InboxPrefix(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return InboxPrefixBase + hex.EncodeToString(h[:8])
+}

@@ -142,7 +142,7 @@ func New(st Store, root string, now func() time.Time) *Authenticator {
 	return &Authenticator{store: st, rootHash: Hash(root), ttl: 10 * time.Second, now: now, cache: map[string]cached{}}
 }
 
-var errUnauthenticated = api.Errorf(api.CodeUnauthenticated, "", "missing or invalid token: send Authorization: Bearer <token>")
+var errUnauthenticated = api.Unauthenticated()
 
 // Authenticate resolves an Authorization header value.
 func (a *Authenticator) Authenticate(ctx context.Context, header string) (Principal, *api.Error) {
@@ -150,7 +150,11 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (Princi
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return Principal{}, errUnauthenticated
 	}
-	token = strings.TrimSpace(token)
+	return a.AuthenticateToken(ctx, strings.TrimSpace(token))
+}
+
+// AuthenticateToken resolves a bare token (a NATS connection's token).
+func (a *Authenticator) AuthenticateToken(ctx context.Context, token string) (Principal, *api.Error) {
 	if token == "" {
 		return Principal{}, errUnauthenticated
 	}
@@ -193,3 +197,24 @@ func (a *Authenticator) Forget(tokenID string) {
 		}
 	}
 }
+
+// Live reports whether the token whose hash is h is still live, reading
+// the store and not the cache: the bus's sweep of open connections uses it
+// to close those of a revoked token even when the revocation broadcast was
+// lost. A store error is returned as is (the caller keeps the connection).
+func (a *Authenticator) Live(ctx context.Context, h []byte) (bool, error) {
+	if subtle.ConstantTimeCompare(h, a.rootHash) == 1 {
+		return true, nil
+	}
+	_, err := a.store.TokenGetByHash(ctx, h)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
+}
+
+// TTL is how long a verified token is trusted without asking the store.
+func (a *Authenticator) TTL() time.Duration { return a.ttl }

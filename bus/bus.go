@@ -8,59 +8,126 @@
 package bus
 
 import (
+	"cmp"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
+	neturl "net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/flexiq/flexiq/api"
 )
 
 // EmbeddedOptions configure the embedded NATS server.
 type EmbeddedOptions struct {
 	// Listen is host:port (default 127.0.0.1:4222).
 	Listen string
-	// StoreDir holds JetStream's data.
-	StoreDir string
 	// ServerName names the server (the node id).
 	ServerName string
+	// Auth admits connections (required: the server refuses anonymous
+	// connections).
+	Auth *ClientAuth
+	// ClusterSecret authenticates the routes between embedded servers.
+	ClusterSecret string
+	// ClusterListen is the route listener (host:port); empty = no cluster.
+	ClusterListen string
+	// Routes are other nodes' route URLs (nats://host:port).
+	Routes []string
+	// ClusterName names the cluster (default "flexiq").
+	ClusterName string
+	// TLSCert and TLSKey, when set, put TLS on the client and route
+	// listeners.
+	TLSCert, TLSKey string
 }
 
 // MaxPayload is the embedded server's message limit: a job's payload may be
 // 1 MiB, and a batch holds many jobs.
 const MaxPayload = 16 << 20
 
-// StartEmbedded starts a NATS server with JetStream on and waits until it
-// accepts connections.
+// routeUser is the user name routes authenticate with; the password is the
+// cluster secret.
+const routeUser = "flexiq-route"
+
+// StartEmbedded starts an authenticated NATS server (no JetStream: FlexiQ
+// does not use it) and waits until it accepts connections.
 func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
+	if o.Auth == nil {
+		return nil, errors.New("embedded nats: no authentication configured")
+	}
 	listen := o.Listen
 	if listen == "" {
 		listen = "127.0.0.1:4222"
 	}
-	host, portText, err := net.SplitHostPort(listen)
+	host, port, err := splitHostPort(listen, "nats listen address")
 	if err != nil {
-		return nil, fmt.Errorf("nats listen address %q: %w", listen, err)
-	}
-	port, err := strconv.Atoi(portText)
-	if err != nil {
-		return nil, fmt.Errorf("nats listen address %q: bad port: %w", listen, err)
+		return nil, err
 	}
 	opts := &server.Options{
-		ServerName:             o.ServerName,
-		Host:                   host,
-		Port:                   port,
-		JetStream:              true,
-		StoreDir:               o.StoreDir,
-		MaxPayload:             MaxPayload,
-		NoSigs:                 true,
-		NoLog:                  true,
-		DisableJetStreamBanner: true,
+		ServerName:                 o.ServerName,
+		Host:                       host,
+		Port:                       port,
+		MaxPayload:                 MaxPayload,
+		NoSigs:                     true,
+		NoLog:                      true,
+		CustomClientAuthentication: o.Auth,
+		// A client that has not authenticated within this is cut.
+		AuthTimeout: 2,
+	}
+	if o.TLSCert != "" || o.TLSKey != "" {
+		tc, err := TLSConfig(o.TLSCert, o.TLSKey)
+		if err != nil {
+			return nil, err
+		}
+		opts.TLSConfig = tc
+		opts.TLS, opts.TLSVerify = true, false
+		opts.TLSTimeout = 2
+	}
+	if o.ClusterListen != "" || len(o.Routes) > 0 {
+		if o.ClusterSecret == "" {
+			return nil, errors.New("embedded nats: a cluster needs the cluster secret")
+		}
+		opts.Cluster.Name = cmp.Or(o.ClusterName, "flexiq")
+		opts.Cluster.Username, opts.Cluster.Password = routeUser, o.ClusterSecret
+		if o.ClusterListen != "" {
+			opts.Cluster.Host, opts.Cluster.Port, err = splitHostPort(o.ClusterListen, "cluster listen address")
+			if err != nil {
+				return nil, err
+			}
+		} else {
+			// Routes out only: listen on a free loopback port so the
+			// server still forms a cluster.
+			opts.Cluster.Host, opts.Cluster.Port = "127.0.0.1", -1
+		}
+		for _, r := range o.Routes {
+			u, err := neturl.Parse(strings.TrimSpace(r))
+			if err != nil || u.Host == "" {
+				return nil, fmt.Errorf("route %q: not a URL such as nats://127.0.0.1:6222", r)
+			}
+			u.User = neturl.UserPassword(routeUser, o.ClusterSecret)
+			opts.Routes = append(opts.Routes, u)
+		}
+		if opts.TLSConfig != nil {
+			tc, err := TLSConfig(o.TLSCert, o.TLSKey)
+			if err != nil {
+				return nil, err
+			}
+			opts.Cluster.TLSConfig = tc
+			opts.Cluster.TLSTimeout = 2
+		}
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
+	o.Auth.attach(s)
 	go s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
 		s.Shutdown()
@@ -69,25 +136,135 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 	return s, nil
 }
 
-// Connect dials url (or the embedded server s when url is empty).
-func Connect(url string, s *server.Server, name string) (*nats.Conn, error) {
+func splitHostPort(addr, what string) (string, int, error) {
+	host, portText, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%s %q: %w", what, addr, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return "", 0, fmt.Errorf("%s %q: bad port: %w", what, addr, err)
+	}
+	return host, port, nil
+}
+
+// TLSConfig loads a certificate and key for the server's listeners. The
+// certificates in the file (the leaf and any chain) are also trusted as
+// roots, so nodes sharing one certificate (or one CA) verify each other's
+// routes; the route's password, the cluster secret, is what admits it.
+func TLSConfig(certFile, keyFile string) (*tls.Config, error) {
+	if certFile == "" || keyFile == "" {
+		return nil, errors.New("TLS needs both --nats-tls-cert and --nats-tls-key")
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("TLS certificate %s / key %s: %w", certFile, keyFile, err)
+	}
+	pool := x509.NewCertPool()
+	for _, der := range cert.Certificate {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, fmt.Errorf("TLS certificate %s: %w", certFile, err)
+		}
+		pool.AddCert(c)
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		RootCAs:      pool,
+		MinVersion:   tls.VersionTLS12,
+	}, nil
+}
+
+// ConnectOptions say how a node reaches NATS.
+type ConnectOptions struct {
+	// URL is an external server; empty = the embedded server.
+	URL string
+	// Server is the embedded server.
+	Server *server.Server
+	// Name is the connection's name.
+	Name string
+	// Secret is the cluster secret, the node's token on the embedded
+	// server.
+	Secret string
+	// Creds is a NATS credentials file for an external server.
+	Creds string
+	// TLSCert is the embedded server's certificate, trusted when it is
+	// served with TLS.
+	TLSCert, TLSKey string
+}
+
+// Connect dials the node's connection.
+func Connect(o ConnectOptions) (*nats.Conn, error) {
 	opts := []nats.Option{
-		nats.Name(name),
+		nats.Name(o.Name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		// Replies to requests go out from actor goroutines; a large
 		// buffer rides out a short reconnect.
 		nats.ReconnectBufSize(64 << 20),
 	}
+	url := o.URL
 	if url == "" {
-		if s == nil {
+		if o.Server == nil {
 			return nil, fmt.Errorf("no NATS url and no embedded server")
 		}
-		url = s.ClientURL()
+		url = o.Server.ClientURL()
+		opts = append(opts, nats.Token(o.Secret))
+		if o.TLSCert != "" {
+			tc, err := TLSConfig(o.TLSCert, o.TLSKey)
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, nats.Secure(&tls.Config{RootCAs: tc.RootCAs, MinVersion: tls.VersionTLS12}))
+		}
+	} else if o.Creds != "" {
+		opts = append(opts, nats.UserCredentials(o.Creds))
+	} else if u, err := neturl.Parse(url); err == nil && u.User == nil {
+		// No credentials given: the node's user and the cluster secret,
+		// as the README's server configuration expects.
+		opts = append(opts, nats.UserInfo(NodeUser, o.Secret))
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURL(url), err)
 	}
 	return nc, nil
+}
+
+// RedactURL hides the password of a URL for messages.
+func RedactURL(s string) string {
+	u, err := neturl.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = neturl.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// OtherNode asks the bus whether a flexiq service other than this node's
+// already serves on it ($SRV.PING.flexiq) and returns its node id, or "".
+// No responder answers at once; a bus where a node answers slowly is
+// given half a second.
+func OtherNode(nc *nats.Conn, self string) (string, error) {
+	msg, err := nc.Request("$SRV.PING."+api.ServiceName, nil, 500*time.Millisecond)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("ask the bus for other nodes: %w", err)
+	}
+	var ping struct {
+		ID       string            `json:"id"`
+		Metadata map[string]string `json:"metadata"`
+	}
+	if err := json.Unmarshal(msg.Data, &ping); err != nil {
+		return "", fmt.Errorf("ask the bus for other nodes: undecodable answer: %w", err)
+	}
+	other := cmp.Or(ping.Metadata["node"], ping.ID)
+	if other == self {
+		return "", nil
+	}
+	return other, nil
 }

@@ -76,13 +76,32 @@ func (c *Client) watch() {
 	c.mu.Unlock()
 }
 
-// Connect dials url and returns a client owning the connection.
+// Connect dials url and returns a client owning the connection. The
+// connection authenticates with token (a FlexiQ token is also the bus's
+// credential) and takes the token's private inbox prefix, the only
+// subjects the bus lets it subscribe to.
 func Connect(url, token string, opts ...nats.Option) (*Client, error) {
-	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("flexiq-client")}, opts...)...)
+	nc, err := nats.Connect(url, append(ConnectOptions(token), opts...)...)
+	if errors.Is(err, nats.ErrAuthorization) {
+		// The bus admits only live tokens: the same refusal as a
+		// request's (UNAUTHENTICATED), not an unreachable node.
+		return nil, fmt.Errorf("connect to NATS at %s: %w", url, api.Unauthenticated())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
 	return New(nc, token), nil
+}
+
+// ConnectOptions are the nats.go options of a connection made with token:
+// its name, the token, and the token's private inbox prefix. Use them to
+// dial a connection for New yourself.
+func ConnectOptions(token string) []nats.Option {
+	return []nats.Option{
+		nats.Name("flexiq-client"),
+		nats.Token(token),
+		nats.CustomInboxPrefix(api.InboxPrefix(token)),
+	}
 }
 
 // Close closes the connection.

@@ -22,6 +22,16 @@ func eachBackend(t *testing.T, fn func(t *testing.T)) {
 	}
 }
 
+// eachSharedBackend is eachBackend for tests of several nodes on one
+// store: SQLite cannot be shared (a node refuses to serve next to another).
+func eachSharedBackend(t *testing.T, fn func(t *testing.T)) {
+	for _, b := range backends {
+		if b != "sqlite" {
+			t.Run(b, fn)
+		}
+	}
+}
+
 // backendOf is the backend of a test run by eachBackend (sqlite otherwise).
 func backendOf(t testing.TB) string {
 	parts := strings.Split(t.Name(), "/")

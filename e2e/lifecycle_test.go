@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flexiq/flexiq/api"
-	"github.com/flexiq/flexiq/bus"
 	"github.com/flexiq/flexiq/quota"
 	"github.com/flexiq/flexiq/store"
 )
@@ -27,12 +26,8 @@ import (
 // itself goes away reaches nobody, and only its timeout can end it.)
 func TestGracefulStopLosesNoAcknowledgedEnqueue(t *testing.T) {
 	eachBackend(t, func(t *testing.T) {
-		ns, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() }) // after the node's own cleanup
-		e := start(t, func(c *nodeConfig) { c.NATSURL = ns.ClientURL() })
+		ns := externalNATS(t)
+		e := start(t, func(c *nodeConfig) { c.NATSURL = ns.ClientURL(); c.ClusterSecret = ns.secret })
 		tn := e.tenant("acme")
 		const producers = 8
 		var (

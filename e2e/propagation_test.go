@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexiq/flexiq/internal/testserver"
 	"github.com/flexiq/flexiq/node"
 )
 
@@ -22,6 +23,7 @@ func startPeer(t testing.TB, e *env) *node.Node {
 	cfg.NodeID = "peer"
 	cfg.DataDir = filepath.Join(t.TempDir(), "peer")
 	cfg.RootToken = e.root
+	cfg.ClusterSecret = e.node.ClusterSecret()
 	cfg.QuotaCacheTTL = time.Hour
 	n, err := node.Start(context.Background(), cfg)
 	if err != nil {
@@ -38,7 +40,7 @@ func startPeer(t testing.TB, e *env) *node.Node {
 // A quota written on one node reaches another node's cache through the
 // fq.v1.quota.changed broadcast, long before its TTL.
 func TestQuotaChangeReachesAnotherNode(t *testing.T) {
-	eachBackend(t, func(t *testing.T) {
+	eachSharedBackend(t, func(t *testing.T) {
 		e := start(t, func(c *nodeConfig) { c.QuotaCacheTTL = time.Hour })
 		peer := startPeer(t, e)
 		tn := e.tenant("acme")
@@ -64,7 +66,7 @@ func TestQuotaChangeReachesAnotherNode(t *testing.T) {
 // start of a PUT /v1/quota on one node to the other node enforcing it.
 // Reported: p50 and p99 in milliseconds.
 func BenchmarkQuotaPropagation(b *testing.B) {
-	e := start(b, func(c *nodeConfig) { c.QuotaCacheTTL = time.Hour })
+	e := start(b, func(c *nodeConfig) { c.QuotaCacheTTL = time.Hour; c.Store = testserver.Redis(b) })
 	peer := startPeer(b, e)
 	tn := e.tenant("acme")
 	var delays []time.Duration

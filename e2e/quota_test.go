@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/client"
 )
 
 func TestDepthRejectsWithExactMessageAndWritesNothing(t *testing.T) {
@@ -312,8 +313,9 @@ func TestNamespaceIsolation(t *testing.T) {
 		if st, _ := e.do("GET", "/v1/quota", a.producer, nil); st != http.StatusForbidden {
 			t.Fatalf("producer reads quota: %d, want 403", st)
 		}
-		_, err = e.client("fq_nonsense").Enqueue(ctx(t), job("q", "t"))
-		wantAPIError(t, err, api.CodeUnauthenticated, "", "")
+		// The bus refuses the connection itself.
+		_, err = client.Connect(e.node.NATSURL(), "fq_nonsense")
+		wantAPIError(t, err, api.CodeUnauthenticated, "", api.Unauthenticated().Message)
 		if st, _ := e.do("GET", "/v1/quota", "", nil); st != http.StatusUnauthorized {
 			t.Fatalf("no token: %d, want 401", st)
 		}

@@ -50,6 +50,20 @@ type Config struct {
 	// RootToken is the root token's secret; empty = read
 	// <DataDir>/root.token, generating it on first start.
 	RootToken string
+	// ClusterListen is the embedded server's route listener; empty = no
+	// cluster. Routes are other nodes' route URLs.
+	ClusterListen string
+	Routes        []string
+	ClusterName   string
+	// ClusterSecret is the nodes' shared credential (NATS token of the
+	// nodes' connections, password of the routes); empty = read
+	// <DataDir>/cluster.secret, generating it on first start.
+	ClusterSecret string
+	// NATSCreds is a credentials file for the node's connection to an
+	// external server (NATSURL).
+	NATSCreds string
+	// NATSTLSCert and NATSTLSKey put TLS on the embedded server.
+	NATSTLSCert, NATSTLSKey string
 	// IdleAfter passivates idle actors (default 1 minute).
 	IdleAfter time.Duration
 	Log       *slog.Logger
@@ -62,6 +76,7 @@ func Defaults() Config {
 		NATSListen:      "127.0.0.1:4222",
 		AdminAddr:       "127.0.0.1:7070",
 		Maintenance:     true,
+		ClusterName:     "flexiq",
 		ArchiveTTL:      168 * time.Hour,
 		DeadTTL:         720 * time.Hour,
 		CleanupInterval: 30 * time.Second,
@@ -87,6 +102,11 @@ type Node struct {
 	httpSrv   *http.Server
 	httpLn    net.Listener
 	natsURL   string
+	natsAuth  *bus.ClientAuth
+	callout   *bus.Callout
+	sysNC     *nats.Conn
+	authn     *auth.Authenticator
+	secret    string
 	rootToken string
 	tokenFile string
 
@@ -132,9 +152,17 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		return n, fmt.Errorf("store %s unreachable: %w", redact(cfg.Store), err)
 	}
 
+	if n.secret, err = clusterSecret(cfg); err != nil {
+		return n, err
+	}
+	authn := auth.New(n.Store, n.rootToken, time.Now)
+	n.authn = authn
 	if cfg.NATSURL == "" {
+		n.natsAuth = bus.NewClientAuth(n.secret, authn, n.log)
 		n.server, err = bus.StartEmbedded(bus.EmbeddedOptions{
-			Listen: cfg.NATSListen, StoreDir: filepath.Join(cfg.DataDir, "nats"), ServerName: cfg.NodeID,
+			Listen: cfg.NATSListen, ServerName: cfg.NodeID, Auth: n.natsAuth,
+			ClusterSecret: n.secret, ClusterListen: cfg.ClusterListen, Routes: cfg.Routes, ClusterName: cfg.ClusterName,
+			TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey,
 		})
 		if err != nil {
 			return n, err
@@ -143,14 +171,28 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	} else {
 		n.natsURL = cfg.NATSURL
 	}
-	n.nc, err = bus.Connect(cfg.NATSURL, n.server, "flexiq-node-"+cfg.NodeID)
+	n.nc, err = bus.Connect(bus.ConnectOptions{
+		URL: cfg.NATSURL, Server: n.server, Name: "flexiq-node-" + cfg.NodeID,
+		Secret: n.secret, Creds: cfg.NATSCreds, TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey,
+	})
 	if err != nil {
 		return n, err
+	}
+	if cfg.NATSURL != "" {
+		n.startCallout(authn)
+	}
+	if open.IsSQLite(cfg.Store) {
+		// A SQLite store cannot be shared: refuse to serve next to another
+		// node on the same bus (an external NATS server).
+		if other, err := bus.OtherNode(n.nc, cfg.NodeID); err != nil {
+			return n, err
+		} else if other != "" {
+			return n, fmt.Errorf("another FlexiQ node (%s) serves on this NATS bus; a SQLite store cannot be shared: give each node its own bus or use PostgreSQL or Redis", other)
+		}
 	}
 
 	n.Metrics = admin.NewMetrics()
 	n.Cache = cachebust.New(n.Store, cfg.QuotaCacheTTL, n.log)
-	authn := auth.New(n.Store, n.rootToken, time.Now)
 	runCtx, runCancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.cancel = runCancel
 	n.Actors = actors.NewSystem(runCtx, actors.Deps{
@@ -158,7 +200,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	})
 	// Broadcast listeners first: the service's drain on stop counts only
 	// its own subscriptions.
-	n.subs, err = bus.SubscribeBroadcasts(n.nc, n.Cache, authn, n.Metrics.Propagation, n.log)
+	n.subs, err = bus.SubscribeBroadcasts(n.nc, n.Cache, tokenForgetter{n}, n.Metrics.Propagation, n.log)
 	if err != nil {
 		return n, err
 	}
@@ -195,6 +237,13 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		}
 	}()
 
+	if n.natsAuth != nil || n.callout != nil {
+		n.bg.Add(1)
+		go func() {
+			defer n.bg.Done()
+			n.sweepConnections(runCtx, authn.TTL()/2)
+		}()
+	}
 	if cfg.Maintenance {
 		n.startMaintenance(runCtx)
 	}
@@ -212,6 +261,9 @@ func (n *Node) NATSURL() string { return n.natsURL }
 
 // RootToken is the root token's secret.
 func (n *Node) RootToken() string { return n.rootToken }
+
+// ClusterSecret is the nodes' shared credential.
+func (n *Node) ClusterSecret() string { return n.secret }
 
 // TokenFile is where the root token was written ("" when given by flag).
 func (n *Node) TokenFile() string { return n.tokenFile }
@@ -244,6 +296,12 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.bg.Wait()
 		if n.subs != nil {
 			n.subs.Close()
+		}
+		if n.callout != nil {
+			n.callout.Stop()
+		}
+		if n.sysNC != nil {
+			n.sysNC.Close()
 		}
 		if n.nc != nil {
 			if err := n.nc.FlushTimeout(2 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -55,7 +56,7 @@ func realMain(args []string, getenv func(string) string, stdout, stderr io.Write
 	}
 	fmt.Fprintf(stdout, "FlexiQ node %s\n", n.ID())
 	fmt.Fprintf(stdout, "  store:      %s\n", storeLabel(cfg))
-	fmt.Fprintf(stdout, "  nats:       %s%s\n", n.NATSURL(), map[bool]string{true: " (embedded, JetStream on)", false: ""}[cfg.NATSURL == ""])
+	fmt.Fprintf(stdout, "  nats:       %s%s\n", n.NATSURL(), map[bool]string{true: " (embedded, authenticated)", false: ""}[cfg.NATSURL == ""])
 	fmt.Fprintf(stdout, "  admin door: %s\n", n.AdminURL())
 	if f := n.TokenFile(); f != "" {
 		fmt.Fprintf(stdout, "  root token: written to %s\n", f)
@@ -115,6 +116,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		flag, env, help string
 		dst             *time.Duration
 	}
+	var routes string
 	strs := []strOpt{
 		{"data-dir", "FLEXIQ_DATA_DIR", "data directory", &cfg.DataDir},
 		{"store", "FLEXIQ_STORE", "store URL: sqlite://<path>, postgres://… or redis://… (default sqlite://<data-dir>/flexiq.db)", &cfg.Store},
@@ -123,6 +125,13 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		{"admin-addr", "FLEXIQ_ADMIN_ADDR", "admin door (HTTP) address", &cfg.AdminAddr},
 		{"node-id", "FLEXIQ_NODE_ID", "node id (default hostname + random suffix)", &cfg.NodeID},
 		{"root-token", "FLEXIQ_ROOT_TOKEN", "root token (default: generated into <data-dir>/root.token)", &cfg.RootToken},
+		{"cluster-listen", "FLEXIQ_CLUSTER_LISTEN", "embedded NATS server's route listener, e.g. 127.0.0.1:6222 (empty: no cluster)", &cfg.ClusterListen},
+		{"routes", "FLEXIQ_ROUTES", "comma-separated route URLs of other nodes' embedded servers (nats://127.0.0.1:6223,…)", &routes},
+		{"cluster-name", "FLEXIQ_CLUSTER_NAME", "NATS cluster name", &cfg.ClusterName},
+		{"cluster-secret", "FLEXIQ_CLUSTER_SECRET", "credential shared by every node of a cluster (default: generated into <data-dir>/cluster.secret)", &cfg.ClusterSecret},
+		{"nats-creds", "FLEXIQ_NATS_CREDS", "with --nats-url: NATS credentials file for the node's connection", &cfg.NATSCreds},
+		{"nats-tls-cert", "FLEXIQ_NATS_TLS_CERT", "TLS certificate of the embedded server's client and route listeners", &cfg.NATSTLSCert},
+		{"nats-tls-key", "FLEXIQ_NATS_TLS_KEY", "TLS key of the embedded server's client and route listeners", &cfg.NATSTLSKey},
 	}
 	durs := []durOpt{
 		{"archive-ttl", "FLEXIQ_ARCHIVE_TTL", "how long completed jobs are kept", &cfg.ArchiveTTL},
@@ -177,18 +186,59 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	if fs.NArg() > 0 {
 		return cfg, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
+	// name is how the user gave an option: the flag when set, else its
+	// environment variable.
+	name := func(flagName, env string) string {
+		n := env
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == flagName {
+				n = "--" + flagName
+			}
+		})
+		return n
+	}
 	if cfg.Store != "" {
 		if err := open.Check(cfg.Store); err != nil {
-			name := "FLEXIQ_STORE"
-			fs.Visit(func(f *flag.Flag) {
-				if f.Name == "store" {
-					name = "--store"
-				}
-			})
-			return cfg, usageError{fmt.Sprintf("%s: %v", name, err)}
+			return cfg, usageError{fmt.Sprintf("%s: %v", name("store", "FLEXIQ_STORE"), err)}
 		}
 	}
+	for _, r := range strings.Split(routes, ",") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		u, err := url.Parse(r)
+		if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "nats-route" && u.Scheme != "tls") {
+			return cfg, usageError{fmt.Sprintf("%s: %q is not a route URL such as nats://127.0.0.1:6222", name("routes", "FLEXIQ_ROUTES"), r)}
+		}
+		cfg.Routes = append(cfg.Routes, r)
+	}
+	clustered := cfg.ClusterListen != "" || len(cfg.Routes) > 0
+	if clustered && (cfg.Store == "" || open.IsSQLite(cfg.Store)) {
+		opt := name("cluster-listen", "FLEXIQ_CLUSTER_LISTEN")
+		if cfg.ClusterListen == "" {
+			opt = name("routes", "FLEXIQ_ROUTES")
+		}
+		return cfg, usageError{fmt.Sprintf("%s needs a shared store: %s is SQLite, which one node owns; use postgres:// or redis://", opt, storeOpt(cfg, name))}
+	}
+	if clustered && cfg.NATSURL != "" {
+		return cfg, usageError{fmt.Sprintf("%s: routes are the embedded server's; with %s the cluster is the external NATS server's", name("cluster-listen", "FLEXIQ_CLUSTER_LISTEN"), name("nats-url", "FLEXIQ_NATS_URL"))}
+	}
+	if (cfg.NATSTLSCert == "") != (cfg.NATSTLSKey == "") {
+		return cfg, usageError{fmt.Sprintf("%s and %s go together", name("nats-tls-cert", "FLEXIQ_NATS_TLS_CERT"), name("nats-tls-key", "FLEXIQ_NATS_TLS_KEY"))}
+	}
+	if cfg.NATSCreds != "" && cfg.NATSURL == "" {
+		return cfg, usageError{fmt.Sprintf("%s goes with %s (an external NATS server)", name("nats-creds", "FLEXIQ_NATS_CREDS"), name("nats-url", "FLEXIQ_NATS_URL"))}
+	}
 	return cfg, nil
+}
+
+// storeOpt names the store option as given ("--store", "FLEXIQ_STORE", or
+// the default).
+func storeOpt(cfg node.Config, name func(string, string) string) string {
+	if cfg.Store == "" {
+		return "the default store (sqlite://<data-dir>/flexiq.db)"
+	}
+	return name("store", "FLEXIQ_STORE")
 }
 
 // flagError words a flag package error with the flag as the user wrote it:

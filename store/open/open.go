@@ -27,14 +27,18 @@ func Open(ctx context.Context, rawURL string) (store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	var s store.Store
 	switch t.kind {
 	case "sqlite":
-		return orNil(sqlite.Open(ctx, t.addr, t.sqlite))
+		s, err = orNil(sqlite.Open(ctx, t.addr, t.sqlite))
 	case "postgres":
-		return orNil(postgres.Open(ctx, t.addr, postgres.Options{}))
+		s, err = orNil(postgres.Open(ctx, t.addr, postgres.Options{}))
 	default:
-		return orNil(redis.Open(ctx, t.addr, redis.Options{Prefix: t.prefix}))
+		s, err = orNil(redis.Open(ctx, t.addr, redis.Options{Prefix: t.prefix}))
 	}
+	// A driver's error may quote the URL it was given, password included
+	// (net/url's parse errors do): the caller prints it.
+	return s, RedactError(err, rawURL)
 }
 
 // Check tells whether rawURL names a store Open knows how to open, without
@@ -53,28 +57,30 @@ type target struct {
 	prefix string
 }
 
+// parse's errors show the URL redacted: the operator sees them.
 func parse(rawURL string) (target, error) {
+	shown := Redact(rawURL)
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
-		return target{}, fmt.Errorf("store URL %q: want sqlite://<path>, postgres://… or redis://…", rawURL)
+		return target{}, fmt.Errorf("store URL %q: want sqlite://<path>, postgres://… or redis://…", shown)
 	}
 	switch scheme {
 	case "sqlite", "sqlite3":
 		path, query, _ := strings.Cut(rest, "?")
 		if path == "" {
-			return target{}, fmt.Errorf("store URL %q: sqlite needs a path, e.g. sqlite://./flexiq-data/flexiq.db", rawURL)
+			return target{}, fmt.Errorf("store URL %q: sqlite needs a path, e.g. sqlite://./flexiq-data/flexiq.db", shown)
 		}
 		q, err := url.ParseQuery(query)
 		if err != nil {
-			return target{}, fmt.Errorf("store URL %q: %w", rawURL, err)
+			return target{}, fmt.Errorf("store URL %q: %w", shown, RedactError(err, rawURL))
 		}
 		for k := range q {
 			if k != "synchronous" {
-				return target{}, fmt.Errorf("store URL %q: unknown option %q (sqlite takes synchronous=NORMAL|FULL)", rawURL, k)
+				return target{}, fmt.Errorf("store URL %q: unknown option %q (sqlite takes synchronous=NORMAL|FULL)", shown, k)
 			}
 		}
 		if err := sqlite.CheckSynchronous(q.Get("synchronous")); err != nil {
-			return target{}, fmt.Errorf("store URL %q: %w", rawURL, err)
+			return target{}, fmt.Errorf("store URL %q: %w", shown, err)
 		}
 		return target{kind: "sqlite", addr: path, sqlite: sqlite.Options{Synchronous: q.Get("synchronous")}}, nil
 	case "postgres", "postgresql":
@@ -86,7 +92,7 @@ func parse(rawURL string) (target, error) {
 		}
 		return target{kind: "redis", addr: u, prefix: prefix}, nil
 	default:
-		return target{}, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite, postgres or redis)", rawURL, scheme)
+		return target{}, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite, postgres or redis)", shown, scheme)
 	}
 }
 
@@ -104,14 +110,22 @@ func orNil[S store.Store](s S, err error) (store.Store, error) {
 func redisURL(rawURL string) (string, string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return "", "", fmt.Errorf("store URL: %w", err)
+		// net/url's error quotes the URL whole.
+		return "", "", fmt.Errorf("store URL: %w", RedactError(err, rawURL))
 	}
 	q := u.Query()
 	prefix := q.Get("prefix")
 	if q.Has("prefix") && prefix == "" {
-		return "", "", fmt.Errorf("store URL %s: prefix must not be empty", u.Redacted())
+		return "", "", fmt.Errorf("store URL %s: prefix must not be empty", Redact(rawURL))
 	}
 	q.Del("prefix")
 	u.RawQuery = q.Encode()
 	return u.String(), prefix, nil
+}
+
+// IsSQLite reports whether rawURL names a SQLite store, which a single
+// node owns: it cannot be shared by a cluster.
+func IsSQLite(rawURL string) bool {
+	t, err := parse(rawURL)
+	return err == nil && t.kind == "sqlite"
 }

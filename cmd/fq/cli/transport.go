@@ -107,6 +107,9 @@ func (a *app) connect(opts ...nats.Option) (*client.Client, error) {
 	}
 	opts = append([]nats.Option{nats.Name("fq"), nats.Timeout(5 * time.Second)}, opts...)
 	c, err := client.Connect(u, token, opts...)
+	if ae, ok := api.AsError(err); ok {
+		return nil, ae // refused (a revoked token): exit 1, its message as is
+	}
 	if err != nil {
 		return nil, unreachableError{msg: fmt.Sprintf("fq: cannot reach the node: %v", err)}
 	}
