@@ -13,13 +13,18 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	outcomes    *prometheus.CounterVec
-	refusals    *prometheus.CounterVec
-	shed        *prometheus.CounterVec
-	claimed     *prometheus.CounterVec
-	pending     *prometheus.GaugeVec
-	running     *prometheus.GaugeVec
-	propagation prometheus.Histogram
+	outcomes *prometheus.CounterVec
+	refusals *prometheus.CounterVec
+	shed     *prometheus.CounterVec
+	claimed  *prometheus.CounterVec
+	pending  *prometheus.GaugeVec
+	running  *prometheus.GaugeVec
+	// Propagation is what the broadcast listeners report (bus.Observer):
+	// quota propagation delays, the arrivals that could not be timed and
+	// the broadcasts dropped. (It keeps the name of the histogram it grew
+	// from: the node hands n.Metrics.Propagation to
+	// bus.SubscribeBroadcasts.)
+	Propagation *BroadcastMetrics
 	// PeriodicFires counts periodic fires by outcome (admitted, refused, shed).
 	PeriodicFires *prometheus.CounterVec
 	// RetentionDeleted counts rows deleted by retention, by kind and cause.
@@ -50,11 +55,21 @@ func NewMetrics() *Metrics {
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "flexiq_running_jobs", Help: "Running jobs of namespaces active on this node.",
 		}, []string{"namespace"}),
-		propagation: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "flexiq_quota_propagation_seconds",
-			Help:    "Delay from a quota write's broadcast to its arrival at this node.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}),
+		Propagation: &BroadcastMetrics{
+			delay: prometheus.NewHistogram(prometheus.HistogramOpts{
+				Name:    "flexiq_quota_propagation_seconds",
+				Help:    "Delay from a quota write's broadcast (sender's clock) to its arrival (this node's clock); only delays from 0 to the cache TTL are recorded.",
+				Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+			}),
+			skipped: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "flexiq_quota_propagation_skipped_total",
+				Help: "Quota broadcasts applied but not timed: the sender's clock put them in the future, beyond the cache TTL, or gave no time.",
+			}),
+			dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "flexiq_broadcasts_dropped_total",
+				Help: "Broadcasts ignored, by subject and reason (oversized, malformed, invalid_namespace, invalid_revision, revision_not_held, unverified, invalid_token_id).",
+			}, []string{"subject", "reason"}),
+		},
 		PeriodicFires: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flexiq_periodic_fires_total", Help: "Periodic fires by outcome.",
 		}, []string{"namespace", "outcome"}),
@@ -65,7 +80,8 @@ func NewMetrics() *Metrics {
 			Name: "flexiq_retention_skipped_total", Help: "Namespaces the retention sweep skipped because their quota is unreadable.",
 		}, []string{"namespace"}),
 	}
-	m.Registry.MustRegister(m.outcomes, m.refusals, m.shed, m.claimed, m.pending, m.running, m.propagation,
+	m.Registry.MustRegister(m.outcomes, m.refusals, m.shed, m.claimed, m.pending, m.running,
+		m.Propagation.delay, m.Propagation.skipped, m.Propagation.dropped,
 		m.PeriodicFires, m.RetentionDeleted, m.RetentionSkipped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -97,8 +113,24 @@ func (m *Metrics) Claimed(ns string, n int) {
 	}
 }
 
+// BroadcastMetrics are the broadcast listeners' metrics; they implement
+// bus.Observer.
+type BroadcastMetrics struct {
+	delay   prometheus.Histogram
+	skipped prometheus.Counter
+	dropped *prometheus.CounterVec
+}
+
 // Propagation records a quota change's propagation delay.
-func (m *Metrics) Propagation(d time.Duration) { m.propagation.Observe(d.Seconds()) }
+func (b *BroadcastMetrics) Propagation(d time.Duration) { b.delay.Observe(d.Seconds()) }
+
+// PropagationSkipped counts a quota change applied but not timed.
+func (b *BroadcastMetrics) PropagationSkipped() { b.skipped.Inc() }
+
+// BroadcastDropped counts a broadcast ignored for reason.
+func (b *BroadcastMetrics) BroadcastDropped(subject, reason string) {
+	b.dropped.WithLabelValues(subject, reason).Inc()
+}
 
 // Deleted counts rows retention deleted.
 func (m *Metrics) Deleted(status api.Status, cause string, n int64) {

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/internal/redact"
 )
 
 // EmbeddedOptions configure the embedded NATS server.
@@ -226,22 +227,11 @@ func Connect(o ConnectOptions) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURL(url), err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redact.URL(url), redact.Error(err, url))
 	}
 	return nc, nil
 }
 
-// RedactURL hides the password of a URL for messages.
-func RedactURL(s string) string {
-	u, err := neturl.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = neturl.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
 
 // OtherNode asks the bus whether a flexiq service other than this node's
 // already serves on it ($SRV.PING.flexiq) and returns its node id, or "".

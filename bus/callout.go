@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/internal/redact"
 )
 
 // With an external NATS server (--nats-url), the server cannot know
@@ -259,7 +260,7 @@ func ConnectSys(url, secret, name string) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(url, nats.Name(name), nats.UserInfo(ExternalSysUser, secret), nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s as %s: %w", RedactURL(url), ExternalSysUser, err)
+		return nil, fmt.Errorf("connect to NATS at %s as %s: %w", redact.URL(url), ExternalSysUser, redact.Error(err, url))
 	}
 	return nc, nil
 }

@@ -5,8 +5,10 @@
 // 2 s). Every write also broadcasts on fq.v1.quota.changed (or
 // fq.v1.config.changed); Invalidate drops the copy at once, so in practice a
 // change is enforced in milliseconds and the TTL bounds it when a broadcast
-// is lost. A revision that arrives by broadcast is remembered, so a load
-// that raced with the write and read an older document is not trusted.
+// is lost. A revision that arrives by broadcast is remembered once the
+// store confirms it holds it (InvalidateVerified), so a load that raced
+// with the write and read an older document is not trusted, and a forged
+// revision cannot make a namespace's copy untrusted for good.
 package cachebust
 
 import (
@@ -125,7 +127,10 @@ func (c *Cache) pruneLocked(now time.Time) {
 }
 
 // Invalidate drops ns's copy after a quota write of revision rev; a copy
-// already at rev or newer stays.
+// already at rev or newer stays. rev is remembered and trusted as it is:
+// call Invalidate only with a revision this node knows the store holds
+// (its own committed write). A revision that arrives by broadcast goes
+// through InvalidateVerified.
 func (c *Cache) Invalidate(ns string, rev int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -139,6 +144,58 @@ func (c *Cache) Invalidate(ns string, rev int64) {
 	if e.snap.Revision < rev {
 		e.valid = false
 	}
+}
+
+// ErrRevisionNotHeld is a broadcast's claim of a quota revision that the
+// store does not hold.
+var ErrRevisionNotHeld = errors.New("the store does not hold the announced quota revision")
+
+// InvalidateVerified is Invalidate for a revision announced by another
+// node's broadcast, which this node cannot simply believe: remembered as
+// it is, a made-up revision (2^63-1, say) would leave ns's copy older than
+// it forever, so the cache would read the store on every Get. The claim
+// is checked against the store first, and only a revision the store holds
+// is remembered; one it does not hold changes nothing and comes back as
+// ErrRevisionNotHeld.
+//
+// The check cannot miss a genuine write: the admin door publishes only
+// after the write has committed (admin writeQuota), so by the time the
+// broadcast arrives any new read sees it. (A store that served reads from
+// a lagging replica would make a genuine broadcast look ahead of the
+// store; it is then dropped and the TTL still bounds the staleness.)
+//
+// To keep a flood of broadcasts cheap, the store is read only when the
+// claim could change something: ns is cached and its copy is older than
+// rev. A store error leaves the claim unverified: the copy is dropped,
+// since reading again is always safe, but rev is not remembered, and the
+// error is returned.
+func (c *Cache) InvalidateVerified(ctx context.Context, ns string, rev int64) error {
+	c.mu.Lock()
+	e := c.entries[ns]
+	moot := e == nil || e.snap.Revision >= rev || e.minRev >= rev
+	c.mu.Unlock()
+	if moot {
+		return nil
+	}
+	var held int64
+	set, err := c.store.SettingGet(ctx, quota.Key(ns))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		c.mu.Lock()
+		if e := c.entries[ns]; e != nil {
+			e.valid = false
+		}
+		c.mu.Unlock()
+		return fmt.Errorf("verify quota revision %d of namespace %q: %w", rev, ns, err)
+	default:
+		held = set.Revision
+	}
+	if held < rev {
+		return fmt.Errorf("%w: namespace %q revision %d, the store holds %d", ErrRevisionNotHeld, ns, rev, held)
+	}
+	c.Invalidate(ns, rev)
+	return nil
 }
 
 // InvalidateConfig drops ns's copy after a configuration write.

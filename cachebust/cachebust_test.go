@@ -3,6 +3,7 @@ package cachebust
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -73,14 +74,14 @@ func TestCacheHonoursTTLAndInvalidation(t *testing.T) {
 	}
 }
 
-func TestBroadcastAheadOfTheStoreIsNotTrusted(t *testing.T) {
+func TestKnownRevisionAheadOfTheReadIsNotTrusted(t *testing.T) {
 	st := &fakeStore{settings: map[string]store.Setting{}}
 	c := New(st, time.Hour, nil)
 	st.put("acme", `{"max_pending":1}`)
 	c.Get(context.Background(), "acme", t0)
-	// A broadcast says revision 5 exists, but this read still sees 1 (a
-	// lagging replica, say): the copy is not trusted, so every Get reads
-	// again until the store catches up.
+	// This node wrote revision 5, but this read still sees 1 (a lagging
+	// replica, say): the copy is not trusted, so every Get reads again
+	// until the store catches up.
 	c.Invalidate("acme", 5)
 	c.Get(context.Background(), "acme", t0)
 	reads := st.reads
@@ -107,5 +108,114 @@ func TestUnreadableDocumentFailsClosedAndStoreErrorIsUnavailable(t *testing.T) {
 	st.fail = nil
 	if s = c.Get(context.Background(), "globex", t0); s.Err != nil {
 		t.Fatalf("after the store came back: %+v", s.Err)
+	}
+}
+
+// A broadcast claiming a revision the store does not hold (2^63-1) is
+// refused and leaves the copy trusted: believed, it would make every Get
+// of the namespace read the store for good.
+func TestForgedRevisionDoesNotPoisonTheCache(t *testing.T) {
+	st := &fakeStore{settings: map[string]store.Setting{}}
+	c := New(st, time.Hour, nil)
+	st.put("acme", `{"max_pending":1}`)
+	c.Get(context.Background(), "acme", t0)
+	for _, rev := range []int64{math.MaxInt64, 2} {
+		if err := c.InvalidateVerified(context.Background(), "acme", rev); !errors.Is(err, ErrRevisionNotHeld) {
+			t.Fatalf("revision %d, store at 1: err %v, want ErrRevisionNotHeld", rev, err)
+		}
+	}
+	reads := st.reads
+	for range 3 {
+		if s := c.Get(context.Background(), "acme", t0); s.Revision != 1 || *s.Quota.MaxPending != 1 {
+			t.Fatalf("after the forged broadcasts got %+v", s)
+		}
+	}
+	if st.reads != reads {
+		t.Fatalf("%d store reads after a forged broadcast: the copy is no longer trusted", st.reads-reads)
+	}
+	// The forged claims left nothing behind: once the store is written,
+	// the genuine revision 2 is verified and taken at once.
+	st.put("acme", `{"max_pending":2}`)
+	if err := c.InvalidateVerified(context.Background(), "acme", 2); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Get(context.Background(), "acme", t0); s.Revision != 2 || *s.Quota.MaxPending != 2 {
+		t.Fatalf("after the genuine broadcast got %+v", s)
+	}
+	reads = st.reads
+	c.Get(context.Background(), "acme", t0)
+	if st.reads != reads {
+		t.Fatal("the copy at the verified revision is not trusted")
+	}
+}
+
+// A genuine broadcast takes effect at once, long before the TTL, and the
+// verified revision is remembered: a copy read older than it (a load that
+// raced with the write) is not trusted.
+func TestVerifiedRevisionInvalidatesAtOnceAndIsRemembered(t *testing.T) {
+	st := &fakeStore{settings: map[string]store.Setting{}}
+	c := New(st, time.Hour, nil)
+	st.put("acme", `{"max_pending":1}`)
+	c.Get(context.Background(), "acme", t0)
+	st.put("acme", `{"max_pending":2}`)
+	if err := c.InvalidateVerified(context.Background(), "acme", 2); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Get(context.Background(), "acme", t0); s.Revision != 2 {
+		t.Fatalf("after a verified broadcast got revision %d, want 2", s.Revision)
+	}
+	c.mu.Lock()
+	minRev := c.entries["acme"].minRev
+	c.mu.Unlock()
+	if minRev != 2 {
+		t.Fatalf("minRev %d, want the verified 2", minRev)
+	}
+}
+
+// Claims that cannot change anything cost no store read: a namespace not
+// cached, or a revision the copy already has.
+func TestMootBroadcastsReadNothing(t *testing.T) {
+	st := &fakeStore{settings: map[string]store.Setting{}}
+	c := New(st, time.Hour, nil)
+	st.put("acme", `{"max_pending":1}`)
+	st.put("acme", `{"max_pending":1}`)
+	c.Get(context.Background(), "acme", t0)
+	reads := st.reads
+	for _, tc := range []struct {
+		ns  string
+		rev int64
+	}{{"globex", math.MaxInt64}, {"acme", 2}, {"acme", 1}} {
+		if err := c.InvalidateVerified(context.Background(), tc.ns, tc.rev); err != nil {
+			t.Fatalf("%s@%d: %v", tc.ns, tc.rev, err)
+		}
+	}
+	if st.reads != reads {
+		t.Fatalf("%d store reads for broadcasts that change nothing", st.reads-reads)
+	}
+}
+
+// With the store down the claim cannot be checked: the copy is dropped
+// (reading again is always safe) but the revision is not remembered, so
+// once the store is back its copy is trusted again.
+func TestUnverifiableClaimDropsTheCopyButIsNotRemembered(t *testing.T) {
+	st := &fakeStore{settings: map[string]store.Setting{}}
+	c := New(st, time.Hour, nil)
+	st.put("acme", `{"max_pending":1}`)
+	c.Get(context.Background(), "acme", t0)
+	st.fail = errors.New("connection refused")
+	err := c.InvalidateVerified(context.Background(), "acme", math.MaxInt64)
+	if err == nil || errors.Is(err, ErrRevisionNotHeld) {
+		t.Fatalf("store down: err %v, want the store's error", err)
+	}
+	st.fail = nil
+	reads := st.reads
+	c.Get(context.Background(), "acme", t0)
+	if st.reads == reads {
+		t.Fatal("the copy was kept although the claim could not be checked")
+	}
+	reads = st.reads
+	c.Get(context.Background(), "acme", t0)
+	if st.reads != reads {
+		t.Fatal("an unverified revision was remembered: the copy is no longer trusted")
 	}
 }

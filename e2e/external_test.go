@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/bus"
 	"github.com/flexiq/flexiq/client"
+	"github.com/flexiq/flexiq/node"
 )
 
 // extNATS is a NATS server that is not a node's (the --nats-url case),
@@ -227,4 +229,23 @@ func coreCases(t *testing.T, e *env, tn *tenant, url string) int {
 	}
 	n++
 	return n
+}
+
+// A SQLite node refuses to serve on a bus where another node serves: its
+// store cannot be shared.
+func TestSQLiteNodeRefusesASharedBus(t *testing.T) {
+	ns := externalNATS(t)
+	start(t, func(c *nodeConfig) { c.NATSURL = ns.ClientURL(); c.ClusterSecret = ns.secret; c.NodeID = "first" })
+	cfg := node.Defaults()
+	cfg.DataDir = t.TempDir()
+	cfg.NATSURL, cfg.ClusterSecret = ns.ClientURL(), ns.secret
+	cfg.AdminAddr, cfg.NodeID = "127.0.0.1:0", "second"
+	n, err := node.Start(context.Background(), cfg)
+	if err == nil {
+		n.Stop(context.Background())
+		t.Fatal("a second SQLite node started on the bus")
+	}
+	if !strings.Contains(err.Error(), "another FlexiQ node (first)") {
+		t.Fatalf("error %q does not name the other node", err)
+	}
 }

@@ -2,13 +2,8 @@ package node
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
-	"errors"
-	"fmt"
-	"os"
+	"log/slog"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/flexiq/flexiq/auth"
@@ -22,27 +17,16 @@ func clusterSecret(cfg Config) (string, error) {
 	if cfg.ClusterSecret != "" {
 		return cfg.ClusterSecret, nil
 	}
-	file := filepath.Join(cfg.DataDir, "cluster.secret")
-	data, err := os.ReadFile(file)
-	if err == nil {
-		secret := strings.TrimSpace(string(data))
-		if secret == "" {
-			return "", fmt.Errorf("cluster secret file %s is empty", file)
-		}
-		return secret, nil
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("cluster secret file %s: %w", file, err)
-	}
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	return loadOrCreateSecret(filepath.Join(cfg.DataDir, "cluster.secret"), "fq_cluster_", "cluster secret")
+}
+
+// ClusterSecretOf returns cfg's cluster secret as Start would (given,
+// read, or generated into the data dir).
+func ClusterSecretOf(cfg Config) (string, error) {
+	if err := secureDataDir(cfg.DataDir, slog.New(slog.DiscardHandler)); err != nil {
 		return "", err
 	}
-	secret := "fq_cluster_" + base64.RawURLEncoding.EncodeToString(b[:])
-	if err := os.WriteFile(file, []byte(secret+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write cluster secret to %s: %w", file, err)
-	}
-	return secret, nil
+	return clusterSecret(cfg)
 }
 
 // tokenForgetter is what a revocation broadcast reaches: the request

@@ -27,6 +27,7 @@ import (
 	"github.com/flexiq/flexiq/auth"
 	"github.com/flexiq/flexiq/bus"
 	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/internal/redact"
 	"github.com/flexiq/flexiq/retention"
 	"github.com/flexiq/flexiq/store"
 	"github.com/flexiq/flexiq/store/open"
@@ -134,7 +135,9 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 			n = nil
 		}
 	}()
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	// SPEC §1: the data dir is 0700 and every file in it 0600; a dir or
+	// file found wider (an older version's, an operator's) is tightened.
+	if err := secureDataDir(cfg.DataDir, n.log); err != nil {
 		return n, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
 	if n.rootToken, n.tokenFile, err = rootToken(cfg); err != nil {
@@ -149,7 +152,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	err = n.Store.Ping(pingCtx)
 	cancel()
 	if err != nil {
-		return n, fmt.Errorf("store %s unreachable: %w", redact(cfg.Store), err)
+		return n, fmt.Errorf("store %s unreachable: %w", redact.URL(cfg.Store), redact.Error(err, cfg.Store))
 	}
 
 	if n.secret, err = clusterSecret(cfg); err != nil {
@@ -341,41 +344,31 @@ func rootToken(cfg Config) (token, file string, err error) {
 		return cfg.RootToken, "", nil
 	}
 	file = filepath.Join(cfg.DataDir, "root.token")
+	token, err = loadOrCreateSecret(file, "fq_root_", "root token")
+	return token, file, err
+}
+
+// loadOrCreateSecret reads the secret in file, or generates one (256
+// random bits after prefix) and writes it there with mode 0600.
+func loadOrCreateSecret(file, prefix, what string) (string, error) {
 	data, err := os.ReadFile(file)
 	if err == nil {
-		token = strings.TrimSpace(string(data))
-		if token == "" {
-			return "", "", fmt.Errorf("root token file %s is empty", file)
+		secret := strings.TrimSpace(string(data))
+		if secret == "" {
+			return "", fmt.Errorf("%s file %s is empty", what, file)
 		}
-		return token, file, nil
+		return secret, nil
 	}
 	if !errors.Is(err, os.ErrNotExist) {
-		return "", "", fmt.Errorf("root token file %s: %w", file, err)
+		return "", fmt.Errorf("%s file %s: %w", what, file, err)
 	}
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", "", err
+		return "", err
 	}
-	token = "fq_root_" + base64.RawURLEncoding.EncodeToString(b[:])
-	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
-		return "", "", fmt.Errorf("write root token to %s: %w", file, err)
+	secret := prefix + base64.RawURLEncoding.EncodeToString(b[:])
+	if err := writeSecret(file, []byte(secret+"\n")); err != nil {
+		return "", fmt.Errorf("write %s to %s: %w", what, file, err)
 	}
-	return token, file, nil
-}
-
-// redact hides a password in a store URL for messages.
-func redact(u string) string {
-	scheme, rest, ok := strings.Cut(u, "://")
-	if !ok {
-		return u
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return u
-	}
-	creds := rest[:at]
-	if user, _, hasPass := strings.Cut(creds, ":"); hasPass {
-		return scheme + "://" + user + ":***" + rest[at:]
-	}
-	return u
+	return secret, nil
 }

@@ -21,6 +21,8 @@ import (
 
 	"github.com/oklog/run"
 
+	"github.com/flexiq/flexiq/bus"
+	"github.com/flexiq/flexiq/internal/redact"
 	"github.com/flexiq/flexiq/node"
 	"github.com/flexiq/flexiq/store/open"
 )
@@ -38,6 +40,10 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func realMain(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	natsConfig := len(args) > 0 && args[0] == "nats-config"
+	if natsConfig {
+		args = args[1:]
+	}
 	cfg, err := parse(args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -45,6 +51,9 @@ func realMain(args []string, getenv func(string) string, stdout, stderr io.Write
 		}
 		fmt.Fprintln(stderr, "fq-node:", err)
 		return 2
+	}
+	if natsConfig {
+		return printNATSConfig(cfg, stdout, stderr)
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
@@ -56,7 +65,7 @@ func realMain(args []string, getenv func(string) string, stdout, stderr io.Write
 	}
 	fmt.Fprintf(stdout, "FlexiQ node %s\n", n.ID())
 	fmt.Fprintf(stdout, "  store:      %s\n", storeLabel(cfg))
-	fmt.Fprintf(stdout, "  nats:       %s%s\n", n.NATSURL(), map[bool]string{true: " (embedded, authenticated)", false: ""}[cfg.NATSURL == ""])
+	fmt.Fprintf(stdout, "  nats:       %s%s\n", redact.URL(n.NATSURL()), map[bool]string{true: " (embedded, authenticated)", false: ""}[cfg.NATSURL == ""])
 	fmt.Fprintf(stdout, "  admin door: %s\n", n.AdminURL())
 	if f := n.TokenFile(); f != "" {
 		fmt.Fprintf(stdout, "  root token: written to %s\n", f)
@@ -93,11 +102,32 @@ func realMain(args []string, getenv func(string) string, stdout, stderr io.Write
 	return 0
 }
 
+// printNATSConfig prints the configuration of an external NATS server for
+// this cluster secret (fq-node nats-config): see README "An external NATS
+// server". The secret itself is not printed: the server reads it from its
+// environment.
+func printNATSConfig(cfg node.Config, stdout, stderr io.Writer) int {
+	secret, err := node.ClusterSecretOf(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "fq-node:", err)
+		return 1
+	}
+	conf, err := bus.ExternalServerConfig(secret, cfg.NATSListen)
+	if err != nil {
+		fmt.Fprintln(stderr, "fq-node:", err)
+		return 1
+	}
+	fmt.Fprint(stdout, conf)
+	return 0
+}
+
+// storeLabel is the store URL as the banner shows it: never with its
+// password (SPEC §1).
 func storeLabel(cfg node.Config) string {
 	if cfg.Store == "" {
 		return "sqlite://" + cfg.DataDir + "/flexiq.db"
 	}
-	return cfg.Store
+	return redact.URL(cfg.Store)
 }
 
 // parse reads flags, each with its environment twin; a flag wins over its

@@ -49,6 +49,13 @@ func TestBadValuesExit2NamingTheFlagOrVariable(t *testing.T) {
 		{nil, map[string]string{"FLEXIQ_DEAD_TTL": "-1h"}, "FLEXIQ_DEAD_TTL"},
 		{nil, map[string]string{"FLEXIQ_MAINTENANCE": "maybe"}, "FLEXIQ_MAINTENANCE"},
 		{nil, map[string]string{"FLEXIQ_CLEANUP_BATCH": "many"}, "FLEXIQ_CLEANUP_BATCH"},
+		// SQLite cannot be shared: a cluster flag with it names both.
+		{[]string{"--cluster-listen", "127.0.0.1:6222"}, nil, "--cluster-listen needs a shared store: the default store"},
+		{[]string{"--routes", "nats://127.0.0.1:6222", "--store", "sqlite://x.db"}, nil, "--routes needs a shared store: --store is SQLite"},
+		{nil, map[string]string{"FLEXIQ_CLUSTER_LISTEN": "127.0.0.1:6222", "FLEXIQ_STORE": "sqlite://x.db"}, "FLEXIQ_CLUSTER_LISTEN needs a shared store: FLEXIQ_STORE is SQLite"},
+		{[]string{"--routes", "127.0.0.1:6222", "--store", "redis://127.0.0.1:1"}, nil, "--routes: \"127.0.0.1:6222\" is not a route URL"},
+		{[]string{"--nats-tls-cert", "c.pem"}, nil, "--nats-tls-cert and FLEXIQ_NATS_TLS_KEY go together"},
+		{[]string{"--nats-creds", "x.creds"}, nil, "--nats-creds goes with FLEXIQ_NATS_URL"},
 	} {
 		var out, errb bytes.Buffer
 		code := realMain(tc.args, env(tc.env), &out, &errb)

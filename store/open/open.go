@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/flexiq/flexiq/internal/redact"
 	"github.com/flexiq/flexiq/store"
 	"github.com/flexiq/flexiq/store/postgres"
 	"github.com/flexiq/flexiq/store/redis"
@@ -38,7 +39,7 @@ func Open(ctx context.Context, rawURL string) (store.Store, error) {
 	}
 	// A driver's error may quote the URL it was given, password included
 	// (net/url's parse errors do): the caller prints it.
-	return s, RedactError(err, rawURL)
+	return s, redact.Error(err, rawURL)
 }
 
 // Check tells whether rawURL names a store Open knows how to open, without
@@ -59,7 +60,7 @@ type target struct {
 
 // parse's errors show the URL redacted: the operator sees them.
 func parse(rawURL string) (target, error) {
-	shown := Redact(rawURL)
+	shown := redact.URL(rawURL)
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
 		return target{}, fmt.Errorf("store URL %q: want sqlite://<path>, postgres://… or redis://…", shown)
@@ -72,7 +73,7 @@ func parse(rawURL string) (target, error) {
 		}
 		q, err := url.ParseQuery(query)
 		if err != nil {
-			return target{}, fmt.Errorf("store URL %q: %w", shown, RedactError(err, rawURL))
+			return target{}, fmt.Errorf("store URL %q: %w", shown, redact.Error(err, rawURL))
 		}
 		for k := range q {
 			if k != "synchronous" {
@@ -111,12 +112,12 @@ func redisURL(rawURL string) (string, string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// net/url's error quotes the URL whole.
-		return "", "", fmt.Errorf("store URL: %w", RedactError(err, rawURL))
+		return "", "", fmt.Errorf("store URL: %w", redact.Error(err, rawURL))
 	}
 	q := u.Query()
 	prefix := q.Get("prefix")
 	if q.Has("prefix") && prefix == "" {
-		return "", "", fmt.Errorf("store URL %s: prefix must not be empty", Redact(rawURL))
+		return "", "", fmt.Errorf("store URL %s: prefix must not be empty", redact.URL(rawURL))
 	}
 	q.Del("prefix")
 	u.RawQuery = q.Encode()
