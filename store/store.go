@@ -176,7 +176,10 @@ type EnqueueCall struct {
 type JobEnqueueManyParams struct {
 	Namespace string
 	Now       time.Time
-	Calls     []EnqueueCall
+	// Fence, when set, makes the write conditional on the namespace's
+	// lease (ClusterStore): ErrFenced, nothing written, when it is stale.
+	Fence *Fence
+	Calls []EnqueueCall
 }
 
 // Outcomes per job, in call order:
@@ -208,7 +211,10 @@ type ClaimSpec struct {
 type JobClaimManyParams struct {
 	Namespace string
 	Now       time.Time
-	Claims    []ClaimSpec
+	// Fence, when set, makes the write conditional on the namespace's
+	// lease (ClusterStore): ErrFenced, nothing written, when it is stale.
+	Fence  *Fence
+	Claims []ClaimSpec
 	// ExcludeTasks are tasks whose cap is already reached; the backend may
 	// leave their jobs out of its scan.
 	ExcludeTasks []string
@@ -276,7 +282,10 @@ type JobUpdate struct {
 type JobUpdateManyParams struct {
 	Namespace string
 	Now       time.Time
-	Updates   []JobUpdate
+	// Fence, when set, makes the write conditional on the namespace's
+	// lease (ClusterStore): ErrFenced, nothing written, when it is stale.
+	Fence   *Fence
+	Updates []JobUpdate
 }
 
 // JobListParams filters JobList. Empty fields do not filter.
