@@ -1,0 +1,338 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flexiq/flexiq/store"
+)
+
+// memStore is store.ClusterStore in memory, with the contract's rules.
+type memStore struct {
+	mu      sync.Mutex
+	members map[string]store.Member
+	leases  map[string]store.Lease
+}
+
+func newMemStore() *memStore {
+	return &memStore{members: map[string]store.Member{}, leases: map[string]store.Lease{}}
+}
+
+func (m *memStore) MemberHeartbeat(_ context.Context, p store.MemberHeartbeatParams) ([]store.Member, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.members[p.Node] = store.Member{Node: p.Node, Info: p.Info, Expires: p.Now.Add(p.TTL)}
+	var out []store.Member
+	for _, mem := range m.members {
+		if mem.Expires.After(p.Now) {
+			out = append(out, mem)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out, nil
+}
+
+func (m *memStore) MemberLeave(_ context.Context, node string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.members, node)
+	return nil
+}
+
+func (m *memStore) LeaseAcquire(_ context.Context, p store.LeaseAcquireParams) ([]store.Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []store.Lease
+	for _, name := range p.Names {
+		l, ok := m.leases[name]
+		switch {
+		case !ok:
+			l = store.Lease{Name: name, Holder: p.Holder, Epoch: 1}
+		case l.Holder == p.Holder:
+		case l.Holder == "" || !l.Expires.After(p.Now):
+			l.Holder, l.Epoch = p.Holder, l.Epoch+1
+		default:
+			continue
+		}
+		l.Expires = p.Now.Add(p.TTL)
+		m.leases[name] = l
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+func (m *memStore) LeaseRelease(_ context.Context, p store.LeaseReleaseParams) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, name := range p.Names {
+		if l, ok := m.leases[name]; ok && l.Holder == p.Holder {
+			l.Holder, l.Expires = "", time.Time{}
+			m.leases[name] = l
+		}
+	}
+	return nil
+}
+
+func (m *memStore) LeaseList(context.Context) ([]store.Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []store.Lease
+	for _, l := range m.leases {
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// clock is a shared fake clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+type testCluster struct {
+	st    *memStore
+	clk   *clock
+	nodes map[string]*Cluster
+	lost  map[string][]string
+	mu    sync.Mutex
+}
+
+func newTestCluster(names ...string) *testCluster {
+	tc := &testCluster{st: newMemStore(), clk: &clock{now: time.Unix(1_700_000_000, 0)}, nodes: map[string]*Cluster{}, lost: map[string][]string{}}
+	for _, n := range names {
+		tc.add(n, true)
+	}
+	return tc
+}
+
+func (tc *testCluster) add(name string, maintenance bool) *Cluster {
+	c := New(Config{Node: name, Maintenance: maintenance, Store: tc.st, Now: tc.clk.Now, TTL: 2 * time.Second, Tick: 250 * time.Millisecond,
+		OnLost: func(l []string) {
+			tc.mu.Lock()
+			tc.lost[name] = append(tc.lost[name], l...)
+			tc.mu.Unlock()
+		}})
+	tc.nodes[name] = c
+	return c
+}
+
+// round ticks every live node once, then moves the clock a tick on.
+func (tc *testCluster) round(live ...string) {
+	for _, n := range live {
+		tc.nodes[n].Tick(context.Background())
+	}
+	tc.clk.add(250 * time.Millisecond)
+}
+
+// owners checks that each partition is held by exactly one of live and
+// returns how many each holds.
+func (tc *testCluster) owners(t *testing.T, live ...string) map[string]int {
+	t.Helper()
+	count := map[string]int{}
+	for p := 0; p < Partitions; p++ {
+		ns := fmt.Sprintf("ns-for-%d", p)
+		var holders []string
+		for _, n := range live {
+			if _, mine := tc.nodes[n].Owner(ns); mine {
+				holders = append(holders, n)
+			}
+		}
+		if len(holders) > 1 {
+			t.Fatalf("namespace %s is owned by %v at once", ns, holders)
+		}
+		if len(holders) == 1 {
+			count[holders[0]]++
+		}
+	}
+	return count
+}
+
+func settle(t *testing.T, tc *testCluster, rounds int, live ...string) map[string]int {
+	t.Helper()
+	var count map[string]int
+	for i := 0; i < rounds; i++ {
+		tc.round(live...)
+		count = tc.owners(t, live...)
+	}
+	return count
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// Three nodes share the namespaces, each owned by exactly one of them at
+// every moment; one leader.
+func TestThreeNodesOwnEveryNamespaceOnce(t *testing.T) {
+	tc := newTestCluster("a", "b", "c")
+	count := settle(t, tc, 6, "a", "b", "c")
+	// Namespaces are spread over the partitions: all owned, by all three.
+	if total(count) != Partitions || len(count) != 3 {
+		t.Fatalf("owners %v", count)
+	}
+	leaders := 0
+	for _, n := range []string{"a", "b", "c"} {
+		if tc.nodes[n].IsLeader() {
+			leaders++
+		}
+	}
+	if leaders != 1 {
+		t.Fatalf("%d leaders", leaders)
+	}
+	st := tc.nodes["a"].Status()
+	if st.Leader == "" || len(st.Members) != 3 {
+		t.Fatalf("status %+v", st)
+	}
+	parts := 0
+	for _, m := range st.Members {
+		parts += m.Partitions
+	}
+	if parts != Partitions {
+		t.Fatalf("status shows %d partitions held, want %d", parts, Partitions)
+	}
+}
+
+// A node that stops (kill -9: no more heartbeats) loses its partitions to
+// the others once its leases run out, never before; only its share moves.
+func TestADeadNodesShareMovesAfterItsLeasesExpire(t *testing.T) {
+	tc := newTestCluster("a", "b", "c")
+	settle(t, tc, 6, "a", "b", "c")
+	before := map[int]string{}
+	for p := 0; p < Partitions; p++ {
+		before[p] = tc.st.leases[LeaseName(p)].Holder
+	}
+	// c dies. Its leases last 2 s: a and b must not take them sooner.
+	for i := 0; i < 6; i++ { // 1.5 s
+		tc.round("a", "b")
+		for p := 0; p < Partitions; p++ {
+			if before[p] == "c" && tc.st.leases[LeaseName(p)].Holder != "c" {
+				t.Fatalf("partition %d taken from c after %d rounds, before its lease expired", p, i+1)
+			}
+		}
+	}
+	count := settle(t, tc, 6, "a", "b")
+	if total(count) != Partitions {
+		t.Fatalf("after the failover %v own %d of %d namespaces", count, total(count), Partitions)
+	}
+	for p := 0; p < Partitions; p++ {
+		if before[p] != "c" && tc.st.leases[LeaseName(p)].Holder != before[p] {
+			t.Fatalf("partition %d moved from %s, which did not die", p, before[p])
+		}
+	}
+}
+
+// A node that renews nothing (the store is out of its reach) stops acting
+// before its leases expire in the store, so no one else acts meanwhile.
+func TestANodeStopsActingBeforeItsLeaseExpires(t *testing.T) {
+	tc := newTestCluster("a")
+	settle(t, tc, 2, "a")
+	if _, mine := tc.nodes["a"].Owner("x"); !mine {
+		t.Fatal("a does not own x")
+	}
+	// No more ticks from a: its leases run for TTL from the last renewal.
+	last := tc.st.leases[LeaseName(PartitionOf("x"))].Expires
+	for tc.clk.Now().Before(last) {
+		if _, mine := tc.nodes["a"].Owner("x"); mine && !tc.clk.Now().Before(last.Add(-tc.nodes["a"].margin())) {
+			t.Fatalf("a still acts %v before its lease expires", last.Sub(tc.clk.Now()))
+		}
+		tc.clk.add(50 * time.Millisecond)
+	}
+	if _, mine := tc.nodes["a"].Owner("x"); mine {
+		t.Fatal("a acts after its lease expired")
+	}
+}
+
+// A joining node gets its share from the others by hand-over, and a node
+// that leaves hands its share over at once (no wait for expiry).
+func TestJoinAndLeaveHandOver(t *testing.T) {
+	tc := newTestCluster("a", "b")
+	settle(t, tc, 4, "a", "b")
+	tc.add("c", true)
+	count := settle(t, tc, 4, "a", "b", "c")
+	if count["c"] == 0 || total(count) != Partitions {
+		t.Fatalf("after c joined: %v", count)
+	}
+	was := map[string]store.Lease{}
+	for name, l := range tc.st.leases {
+		was[name] = l
+	}
+	drained := false
+	if err := tc.nodes["c"].Leave(context.Background(), func(context.Context) { drained = true }); err != nil {
+		t.Fatal(err)
+	}
+	if !drained {
+		t.Fatal("Leave did not drain")
+	}
+	// One round later, without any lease expiring, a and b own it all.
+	count = settle(t, tc, 2, "a", "b")
+	if total(count) != Partitions {
+		t.Fatalf("after c left: %v", count)
+	}
+	for name, l := range tc.st.leases {
+		if l.Holder == "c" {
+			t.Fatalf("%s still held by c", name)
+		}
+		if l.Holder != was[name].Holder && l.Epoch <= was[name].Epoch {
+			t.Fatalf("%s went from %s to %s without a new epoch", name, was[name].Holder, l.Holder)
+		}
+	}
+}
+
+// The leader's lease moves when the leader dies, to a node with
+// maintenance on only.
+func TestTheLeaderIsReelected(t *testing.T) {
+	tc := newTestCluster("a", "b")
+	tc.add("c", false)
+	settle(t, tc, 4, "a", "b", "c")
+	if tc.nodes["c"].IsLeader() {
+		t.Fatal("c leads with maintenance off")
+	}
+	leader := "a"
+	if tc.nodes["b"].IsLeader() {
+		leader = "b"
+	}
+	other := map[string]string{"a": "b", "b": "a"}[leader]
+	settle(t, tc, 12, other, "c")
+	if !tc.nodes[other].IsLeader() || tc.nodes["c"].IsLeader() {
+		t.Fatalf("after %s died: %s leads %v, c leads %v", leader, other, tc.nodes[other].IsLeader(), tc.nodes["c"].IsLeader())
+	}
+}
+
+func TestPlacementMovesOnlyTheLostNodesShare(t *testing.T) {
+	members := func(names ...string) []store.Member {
+		var out []store.Member
+		for _, n := range names {
+			out = append(out, store.Member{Node: n, Info: store.MemberInfo{Ready: true}})
+		}
+		return out
+	}
+	moved := 0
+	for p := 0; p < Partitions; p++ {
+		before := DesiredOwner(members("a", "b", "c", "d"), p)
+		after := DesiredOwner(members("a", "b", "d"), p)
+		if before != "c" && before != after {
+			t.Fatalf("partition %d moved from %s to %s when c left", p, before, after)
+		}
+		if before == "c" {
+			moved++
+		}
+	}
+	if moved == 0 || moved > Partitions/2 {
+		t.Fatalf("c had %d of %d partitions", moved, Partitions)
+	}
+}
