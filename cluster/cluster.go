@@ -381,6 +381,9 @@ type Status struct {
 	Node    string         `json:"node"`
 	Leader  string         `json:"leader"`
 	Members []MemberStatus `json:"members"`
+	// Namespace and Owner answer GET /v1/cluster?namespace=NS.
+	Namespace string `json:"namespace,omitempty"`
+	Owner     string `json:"owner,omitempty"`
 }
 
 // MemberStatus is one member in Status.

@@ -39,12 +39,17 @@ type mjob struct {
 	attempt     int64
 	maxAttempts int64
 	priority    int64
-	runAt       time.Time
+	runAt       time.Time // as stored: see storedRunAt
 	leaseUntil  time.Time
 	uniqueKey   string
 	debounceKey string
 	payload     string
 }
+
+// storedRunAt is run_at as the store keeps it: to the microsecond (SPEC
+// §5), so that it reaches the year 9999. A job is due once that is not
+// after now, up to a microsecond before the time it was given.
+func storedRunAt(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
 
 type nsModel struct {
 	name  string

@@ -558,7 +558,7 @@ func (s *Sim) linkCall(st *stepCtx, c store.EnqueueCall) *batchRec {
 func (s *Sim) newOne(nm *nsModel, j *store.NewJob, shed bool, now time.Time) api.EnqueueResult {
 	mk := func(st api.Status) *mjob {
 		return &mjob{id: j.ID, queue: j.Queue, task: j.Task, status: st, maxAttempts: j.MaxAttempts,
-			priority: j.Priority, runAt: j.RunAt, payload: string(j.Payload)}
+			priority: j.Priority, runAt: storedRunAt(j.RunAt), payload: string(j.Payload)}
 	}
 	if shed {
 		if nm.jobs[j.ID] == nil {
@@ -578,7 +578,7 @@ func (s *Sim) newOne(nm *nsModel, j *store.NewJob, shed bool, now time.Time) api
 	}
 	if j.DebounceKey != "" {
 		if h := nm.pendingDebounce(j.DebounceKey); h != nil {
-			h.payload, h.runAt = string(j.Payload), j.RunAt
+			h.payload, h.runAt = string(j.Payload), storedRunAt(j.RunAt)
 			return api.EnqueueResult{ID: h.id, Outcome: api.OutcomeCoalesced}
 		}
 	}
@@ -608,7 +608,7 @@ func (s *Sim) replayOne(nm *nsModel, id string, shed bool, now time.Time) api.En
 		}
 	}
 	nm.setStatus(j, api.StatusPending)
-	j.attempt, j.runAt, j.shed, j.noRetry, j.debounceKey, j.leaseUntil = 0, now, false, false, "", time.Time{}
+	j.attempt, j.runAt, j.shed, j.noRetry, j.debounceKey, j.leaseUntil = 0, storedRunAt(now), false, false, "", time.Time{}
 	return api.EnqueueResult{ID: id, Outcome: api.OutcomeEnqueued}
 }
 
@@ -780,7 +780,7 @@ func (s *Sim) applyUpdates(st *stepCtx, w *writeRec, p store.JobUpdateManyParams
 				j.debounceKey = ""
 			}
 			nm.setStatus(j, api.StatusPending)
-			j.runAt, j.leaseUntil = u.RunAt, time.Time{}
+			j.runAt, j.leaseUntil = storedRunAt(u.RunAt), time.Time{}
 		case store.UpdateDead:
 			if !u.NoRetry && u.Attempt < maxA {
 				s.violate(InvAttempt, "%s dead after attempt %d of max_attempts %d", s.alias(u.ID), u.Attempt, maxA)

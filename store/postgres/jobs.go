@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,9 +26,11 @@ const (
 	stScheduled = 4 // pending, run_at in the future
 )
 
-// pendingStatus is the status of a pending job due at runAt, seen at now.
+// pendingStatus is the status of a pending job due at runAt, seen at now:
+// due when its run_at as stored (to the microsecond) is not after now, as
+// a claim's promotion decides.
 func pendingStatus(runAt, now time.Time) int16 {
-	if runAt.After(now) {
+	if runAt.Truncate(time.Microsecond).After(now) {
 		return stScheduled
 	}
 	return stPending
@@ -70,7 +73,7 @@ func scanJob(row pgx.Row) (store.Job, error) {
 	if status >= 0 && int(status) < len(statusNames) {
 		j.Status = statusNames[status]
 	}
-	j.RunAt = fromNanos(runAt)
+	j.RunAt = fromRunAtMicros(runAt)
 	j.CreatedAt = fromNanos(createdAt)
 	j.UniqueKey, j.DebounceKey, j.Worker, j.Error = deref(uniqueKey), deref(debounceKey), deref(worker), deref(errText)
 	j.LeaseUntil = fromNullNanos(leaseUntil)
@@ -238,7 +241,7 @@ func (e *enqueuer) flushRows() {
 	for i, r := range rows {
 		j := r.job
 		ids[i], queues[i], tasks[i], payloads[i] = j.ID, j.Queue, j.Task, j.Payload
-		priorities[i], runAts[i], maxAtts[i] = j.Priority, nanos(j.RunAt), j.MaxAttempts
+		priorities[i], runAts[i], maxAtts[i] = j.Priority, runAtMicros(j.RunAt), j.MaxAttempts
 		returning = returning || !j.Generated
 	}
 	if e.rowsIsShed {
@@ -300,7 +303,7 @@ func outcomeRow(rs pgx.Rows) (kind int32, id string, ok bool, err error) {
 
 // keyed queues one admitted job with a unique or debounce key.
 func (e *enqueuer) keyed(j *store.NewJob, res *api.EnqueueResult) {
-	e.t.query(insertKeyedSQL, []any{e.ns, j.ID, j.Queue, j.Task, j.Payload, j.Priority, nanos(j.RunAt), j.MaxAttempts,
+	e.t.query(insertKeyedSQL, []any{e.ns, j.ID, j.Queue, j.Task, j.Payload, j.Priority, runAtMicros(j.RunAt), j.MaxAttempts,
 		pendingStatus(j.RunAt, e.now), nullString(j.UniqueKey), nullString(j.DebounceKey), e.nowNanos},
 		func(rs pgx.Rows) error {
 			kind, id, ok, err := outcomeRow(rs)
@@ -338,7 +341,7 @@ func (e *enqueuer) replay(id string, c store.EnqueueCall, res *api.EnqueueResult
 	if c.AutoRetry {
 		replays = 1
 	}
-	e.t.query(replaySQL, []any{e.ns, id, e.nowNanos, replays}, func(rs pgx.Rows) error {
+	e.t.query(replaySQL, []any{e.ns, id, runAtMicros(e.now), replays}, func(rs pgx.Rows) error {
 		kind, holder, ok, err := outcomeRow(rs)
 		switch {
 		case err != nil:
@@ -360,6 +363,10 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 	var out [][]api.EnqueueResult
 	err := s.writeRetrying(ctx, "JobEnqueueMany", true, func(t *txn) error {
 		out = make([][]api.EnqueueResult, len(p.Calls))
+		// A group with nothing to write sends nothing, the fence neither.
+		if slices.ContainsFunc(p.Calls, func(c store.EnqueueCall) bool { return len(c.Jobs)+len(c.ReplayIDs) > 0 }) {
+			queueFence(t, p.Fence)
+		}
 		e := &enqueuer{t: t, ns: p.Namespace, now: p.Now, nowNanos: nanos(p.Now)}
 		for i, c := range p.Calls {
 			out[i] = e.call(c)
@@ -499,11 +506,12 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 		if remaining == 0 || len(queues) == 0 {
 			return nil
 		}
+		queueFence(t, p.Fence)
 		// A page holds a little more than the group can take: Allow may
 		// skip some, and another page costs a round trip.
 		pageSize := func() int { return remaining + 4 }
 		if !p.NoPromote {
-			t.exec(promoteSQL, []any{p.Namespace, queues, nanos(p.Now)}, nil)
+			t.exec(promoteSQL, []any{p.Namespace, queues, runAtMicros(p.Now)}, nil)
 		}
 		for _, q := range queues {
 			queueFetch(t, p.Namespace, cursors[q], skipTask, pageSize())
@@ -695,6 +703,9 @@ func (s *Store) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) 
 	// enqueue taking it: the unique violation runs the write again.
 	err := s.writeRetrying(ctx, "JobUpdateMany", true, func(t *txn) error {
 		applied = make([]bool, len(p.Updates))
+		if len(p.Updates) > 0 {
+			queueFence(t, p.Fence)
+		}
 		for start := 0; start < len(p.Updates); {
 			end := start + 1
 			seen := map[string]bool{p.Updates[start].ID: true}
@@ -734,7 +745,7 @@ func queueUpdates(t *txn, p store.JobUpdateManyParams, ups []store.JobUpdate, ap
 	case store.UpdateRetry:
 		statuses, runAts, errs := make([]int16, n), make([]int64, n), make([]*string, n)
 		for i, u := range ups {
-			statuses[i], runAts[i] = pendingStatus(u.RunAt, p.Now), nanos(u.RunAt)
+			statuses[i], runAts[i] = pendingStatus(u.RunAt, p.Now), runAtMicros(u.RunAt)
 			if u.Error != "" {
 				errs[i] = &ups[i].Error
 			}
@@ -889,7 +900,7 @@ func (s *Store) JobNextRunAt(ctx context.Context, namespace string, queues []str
 	if n == nil {
 		return time.Time{}, false, nil
 	}
-	return fromNanos(*n), true, nil
+	return fromRunAtMicros(*n), true, nil
 }
 
 // JobListRunning lists a namespace's running jobs.

@@ -8,14 +8,22 @@
 // LOCKED, so concurrent claimers never hand out the same job and never wait
 // for each other. Reads run outside transactions, each a single statement.
 //
+// The Store is a store.ClusterStore (tables members and leases). A fenced
+// job write starts its transaction with flexiq_fence, which locks the
+// lease row FOR SHARE and aborts the write, as store.ErrFenced, unless
+// the fence's holder holds the lease at its epoch; a take of the lease
+// (an UPDATE of that row) waits for the writes in flight, so no write of
+// a stale owner commits after a take (see fenceSQL).
+//
 // Migrations are embedded and applied at Open inside one transaction that
 // first takes an advisory lock (pg_advisory_xact_lock), so nodes starting
 // together do not race. Options.Schema puts the tables in a schema of their
 // own (created if missing), so several stores can share one database.
 //
-// Times are stored as bigint Unix nanoseconds, as in the SQLite backend, so
-// they come back exactly; payloads, results and setting values as bytea,
-// byte for byte.
+// Times are stored as bigint Unix nanoseconds (run_at as microseconds, so
+// it reaches the year 9999), as in the SQLite backend, so they come back
+// exactly; payloads, results and setting values as bytea, byte for byte.
+// The cluster tables keep their expiries as timestamptz (microseconds).
 //
 // The store's connections price out sequential and bitmap scans (see
 // sessionParams), so plans cached from stale statistics still walk the
@@ -330,6 +338,9 @@ func (s *Store) writeRetrying(ctx context.Context, op string, retryUnique bool, 
 		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict) {
 			return err
 		}
+		if ferr := fencedError(err); ferr != nil {
+			return fmt.Errorf("postgres: %s: %w", op, ferr)
+		}
 		return fmt.Errorf("postgres: %s: %w", op, err)
 	}
 }
@@ -382,7 +393,16 @@ func retryable(err error, unique bool) bool {
 // ---------------------------------------------------------------------------
 // Values
 
-// Times are stored as Unix nanoseconds; the zero time is NULL.
+// Times are stored as Unix nanoseconds, the zero time as NULL; all but
+// run_at, which is Unix microseconds (migration 2): nanoseconds only reach
+// the year 2262, and a job may run as late as 9999-12-31T23:59:59Z (SPEC
+// §5). The other times come from the node's clock.
+
+// runAtMicros is run_at as stored: truncated to the microsecond, the
+// precision the store contract keeps.
+func runAtMicros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromRunAtMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
 func nanos(t time.Time) int64 { return t.UnixNano() }
 

@@ -244,3 +244,43 @@ func TestCancelledWrite(t *testing.T) {
 		t.Fatalf("enqueue after cancelled writes: %v, %v", res, err)
 	}
 }
+
+// Migration 2 turns the run_at of jobs written before it from Unix
+// nanoseconds into microseconds, flooring as UnixMicro does, and leaves
+// the other times alone.
+func TestMigrationMovesRunAtToMicroseconds(t *testing.T) {
+	url := testserver.Postgres(t)
+	s := open(t, url, postgres.Options{})
+	s.Close()
+	// Roll the database back to before migration 2, with two jobs as a
+	// node of that version wrote them.
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	created := time.Date(2026, 1, 1, 0, 0, 0, 123456789, time.UTC)
+	runAts := map[string]time.Time{
+		"later":  time.Date(2026, 1, 2, 3, 4, 5, 678901234, time.UTC),
+		"before": time.Date(1969, 12, 31, 23, 59, 59, 999999500, time.UTC), // floors to ...999999
+	}
+	for id, at := range runAts {
+		if _, err := conn.Exec(t.Context(), `INSERT INTO jobs (namespace, id, queue, task, run_at, status, created_at)
+			VALUES ('ns', $1, 'q', 't', $2, 4, $3)`, id, at.UnixNano(), created.UnixNano()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Exec(t.Context(), `DELETE FROM flexiq_migrations WHERE version = 2`); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, url, postgres.Options{})
+	for id, at := range runAts {
+		j, err := s.JobGet(t.Context(), "ns", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := at.Truncate(time.Microsecond); !j.RunAt.Equal(want) || !j.CreatedAt.Equal(created) {
+			t.Errorf("%s: run_at %v, created_at %v; want %v, %v", id, j.RunAt, j.CreatedAt, want, created)
+		}
+	}
+}

@@ -594,7 +594,9 @@ func TestExtremes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Priority != j.Priority || !got.RunAt.Equal(j.RunAt) || got.Task != j.Task || got.Queue != j.Queue || string(got.Payload) != string(j.Payload) || got.Namespace != ns {
+		// run_at is kept to the microsecond: max-earlier's comes back a
+		// microsecond before max's, still ahead of it.
+		if got.Priority != j.Priority || !got.RunAt.Equal(j.RunAt.Truncate(time.Microsecond)) || got.Task != j.Task || got.Queue != j.Queue || string(got.Payload) != string(j.Payload) || got.Namespace != ns {
 			t.Errorf("job %s came back as %+v", j.ID, got)
 		}
 	}
@@ -610,6 +612,51 @@ func TestExtremes(t *testing.T) {
 	want := []string{"max-earlier", "max", jobs[5].ID, "neg", "zero", "min"}
 	if !slices.Equal(got, want) {
 		t.Errorf("dispatch order %q, want %q", got, want)
+	}
+	checkInvariants(t, s)
+}
+
+// A job hash written before run_at_us holds run_at in nanoseconds: it
+// still reads back, and the next write of its run_at moves it to
+// run_at_us and drops the old field.
+func TestRunAtWrittenInNanosecondsStillReads(t *testing.T) {
+	s := openTest(t, testserver.Redis(t))
+	ctx := t.Context()
+	base := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	later := base.Add(time.Hour + 123456*time.Microsecond)
+	if _, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: "ns", Now: base, Calls: []store.EnqueueCall{{Jobs: []store.NewJob{
+		{ID: "old", Queue: "q", Task: "t", RunAt: later, DebounceKey: "dk"},
+	}}}}); err != nil {
+		t.Fatal(err)
+	}
+	jk := s.p + "j:" + enc("ns") + ":old"
+	if err := s.c.HSet(ctx, jk, "run_at", strconv.FormatInt(later.UnixNano(), 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.HDel(ctx, jk, "run_at_us").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := s.JobGet(ctx, "ns", "old"); err != nil || !j.RunAt.Equal(later) {
+		t.Fatalf("JobGet = %v, %v; want run_at %v", j.RunAt, err, later)
+	}
+	if next, ok, err := s.JobNextRunAt(ctx, "ns", nil); err != nil || !ok || !next.Equal(later) {
+		t.Fatalf("JobNextRunAt = %v, %t, %v; want %v", next, ok, err, later)
+	}
+	checkInvariants(t, s)
+
+	far := time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+	res, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: "ns", Now: base, Calls: []store.EnqueueCall{{Jobs: []store.NewJob{
+		{ID: "new", Queue: "q", Task: "t", RunAt: far, DebounceKey: "dk"},
+	}}}})
+	if err != nil || res[0][0].Outcome != api.OutcomeCoalesced {
+		t.Fatalf("coalesce: %v, %v", res, err)
+	}
+	m, err := s.c.HGetAll(ctx, jk).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m["run_at"]; ok || m["run_at_us"] != strconv.FormatInt(far.UnixMicro(), 10) {
+		t.Errorf("after a coalesce the hash holds run_at %q, run_at_us %q; want only run_at_us %d", m["run_at"], m["run_at_us"], far.UnixMicro())
 	}
 	checkInvariants(t, s)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flexiq/flexiq/api"
@@ -64,10 +65,10 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 			if hasPayload {
 				payload = j.Payload
 			}
-			due := !j.RunAt.After(p.Now)
+			runAt := usStr(j.RunAt)
 			args = append(args, kind, j.ID, j.Queue, j.Task, flag(hasPayload), payload,
-				strconv.FormatInt(j.Priority, 10), nsStr(j.RunAt), strconv.FormatInt(j.MaxAttempts, 10),
-				j.UniqueKey, j.DebounceKey, flag(due), usStr(j.RunAt), orderPrefix(j.Priority, j.RunAt), c.ShedError)
+				strconv.FormatInt(j.Priority, 10), runAt, strconv.FormatInt(j.MaxAttempts, 10),
+				j.UniqueKey, j.DebounceKey, flag(due(j.RunAt, p.Now)), runAt, orderPrefix(j.Priority, j.RunAt), c.ShedError)
 		}
 	}
 	if err := s.fault(op, 1); err != nil {
@@ -76,7 +77,7 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 	if n == 0 {
 		return out, nil
 	}
-	v, err := s.run(ctx, scriptEnqueue, args...)
+	v, err := s.runFenced(ctx, scriptEnqueue, p.Fence, args...)
 	if err != nil {
 		return nil, wrap(op, err)
 	}
@@ -171,7 +172,7 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 		var cursors map[string]*cursor
 		if len(queues) > 0 {
 			var err error
-			if cursors, err = s.claimHeads(ctx, E, p.Now, queues, page, !p.NoPromote); err != nil {
+			if cursors, err = s.claimHeads(ctx, E, p.Fence, p.Now, queues, page, !p.NoPromote); err != nil {
 				return nil, wrap(op, err)
 			}
 		}
@@ -200,7 +201,7 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 				args = append(args, c.m.id, c.queue, c.m.raw)
 			}
 		}
-		v, err := s.run(ctx, scriptClaim, args...)
+		v, err := s.runFenced(ctx, scriptClaim, p.Fence, args...)
 		if err != nil {
 			return nil, wrap(op, err)
 		}
@@ -229,8 +230,9 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 }
 
 // claimHeads makes the queues' due scheduled jobs available (when
-// promote) and returns a cursor on each queue holding its first page.
-func (s *Store) claimHeads(ctx context.Context, E string, now time.Time, queues []string, page int, promote bool) (map[string]*cursor, error) {
+// promote) and returns a cursor on each queue holding its first page. Its
+// script checks the claim's fence, as the claim script does: both write.
+func (s *Store) claimHeads(ctx context.Context, E string, fence *store.Fence, now time.Time, queues []string, page int, promote bool) (map[string]*cursor, error) {
 	chunk := 0
 	if promote {
 		chunk = promoteChunk
@@ -241,7 +243,7 @@ func (s *Store) claimHeads(ctx context.Context, E string, now time.Time, queues 
 		args = append(args, q)
 	}
 	for {
-		v, err := s.run(ctx, scriptPromote, args...)
+		v, err := s.runFenced(ctx, scriptPromote, fence, args...)
 		if err != nil {
 			return nil, err
 		}
@@ -404,7 +406,7 @@ func (s *Store) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) 
 			result = u.Result
 		}
 		args = append(args, u.ID, strconv.FormatInt(u.Attempt, 10), kind, flag(u.Result != nil), result, u.Error,
-			nsStr(u.RunAt), flag(!u.RunAt.After(p.Now)), usStr(u.RunAt), runAtKey(u.RunAt),
+			usStr(u.RunAt), flag(due(u.RunAt, p.Now)), usStr(u.RunAt), runAtKey(u.RunAt),
 			nsStr(u.LeaseUntil), usStr(u.LeaseUntil), flag(u.NoRetry))
 	}
 	if err := s.fault(op, 1); err != nil {
@@ -414,7 +416,7 @@ func (s *Store) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) 
 	if len(p.Updates) == 0 {
 		return applied, nil
 	}
-	v, err := s.run(ctx, scriptUpdate, args...)
+	v, err := s.runFenced(ctx, scriptUpdate, p.Fence, args...)
 	if err != nil {
 		return nil, wrap(op, err)
 	}
@@ -530,7 +532,15 @@ func (s *Store) JobNextRunAt(ctx context.Context, namespace string, queues []str
 		if err != nil {
 			return time.Time{}, false, wrap("JobNextRunAt", err)
 		}
-		t, err := parseTime(str)
+		var t time.Time
+		switch {
+		case strings.HasPrefix(str, "u"):
+			t, err = parseMicros(str[1:])
+		case strings.HasPrefix(str, "n"):
+			t, err = parseTime(str[1:])
+		default:
+			err = fmt.Errorf("bad run_at %q", str)
+		}
 		if err != nil {
 			return time.Time{}, false, wrap("JobNextRunAt", err)
 		}

@@ -23,6 +23,17 @@
 // asked about twice. Claims of one namespace through one Store take turns,
 // so such a retry only happens between processes.
 //
+// # Several nodes
+//
+// The Store is a store.ClusterStore: membership and leases are one script
+// a call. A job write's Fence is checked by the first lines of each of
+// its scripts that writes (the enqueue and update scripts; a claim's
+// promotion script and its claim script), before anything is written: a
+// stale fence is an error reply and store.ErrFenced, and nothing lands.
+// Redis runs a script whole, so a lease taken by another node (which
+// bumps its epoch, in a script too) is taken wholly before or after each
+// of them.
+//
 // # Key layout
 //
 // Every key starts with Options.Prefix (P, "fq:" by default). A
@@ -52,19 +63,28 @@
 //	P t:<id>, P th:<hash hex>     token; live token hash → id
 //	P cseq, P c:E:K:<name>        config Seq counter; an item
 //	P ci:E:K, P ck:K              an item's name by Seq per namespace; E:K:<name> by Seq
+//	P lease:<name>        hash    a lease: holder ("" once released), epoch,
+//	                              expires (µs; absent once released)
+//	P leases              zset    every lease name, score 0 (LeaseList)
+//	P members             zset    live nodes by expiry (µs)
+//	P members:info        hash    node → its store.MemberInfo as JSON
 //
 // A job's dispatch order (priority descending, run_at, Seq) does not fit a
 // score: a double holds 53 bits and the three take 192. So the available
 // index keeps every member at score 0 and orders by the member's bytes:
 // 16 hex digits of the priority (sign bit flipped, then complemented so
 // higher comes first), 16 of run_at in Unix nanoseconds (sign bit
-// flipped), 16 of Seq, then the task's length (4 hex digits), the task and
-// the id. The job hash keeps its member (field am) so a script can find and
-// re-key it; a claim reads tasks and ids straight from the members. Other
-// scores are microseconds (exact in a double until the year 2255) or Seq;
-// due checks and retention cut-offs are therefore exact to the
-// microsecond, the precision the store contract asks for, while run_at and
-// every other time in the job hash is kept to the nanosecond.
+// flipped; see runAtKey), 16 of Seq, then the task's length (4 hex digits),
+// the task and the id. The job hash keeps its member (field am) so a script
+// can find and re-key it; a claim reads tasks and ids straight from the
+// members. Other scores are microseconds (exact in a double until the year
+// 2255) or Seq; due checks and retention cut-offs are therefore exact to
+// the microsecond, the precision the store contract asks for. A run_at
+// past 2255 (up to 9999 is allowed) rounds in the scheduled indexes by at
+// most 16 µs, which a due check made before 2255 cannot see; JobNextRunAt
+// may then name one of two such jobs that lie that close. The job hash
+// keeps run_at to the microsecond (run_at_us; so it reaches 9999) and
+// every other time to the nanosecond.
 //
 // A pending job with a future run_at sits in the scheduled indexes; a
 // claim first moves its queues' due jobs to the available index (a move
@@ -78,10 +98,11 @@
 // live jobs of a namespace (what quotas count) are its pending and running
 // status indexes.
 //
-// Scripts build keys from the prefix rather than receiving them in KEYS, so
-// the backend wants a standalone Redis (replicas and Sentinel are fine); on
-// a Redis Cluster give a prefix with a hash tag, such as "{fq}:", so every
-// key lives in one slot.
+// Scripts build keys from the prefix rather than receiving them in KEYS
+// (but for a fenced write's lease key, KEYS[1], itself under the prefix),
+// so the backend wants a standalone Redis (replicas and Sentinel are
+// fine); on a Redis Cluster give a prefix with a hash tag, such as
+// "{fq}:", so every key lives in one slot.
 package redis
 
 import (
@@ -90,6 +111,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -205,11 +227,33 @@ func (s *Store) run(ctx context.Context, sc *goredis.Script, args ...any) (any, 
 	return sc.Run(ctx, s.c, nil, append([]any{s.p}, args...)...).Result()
 }
 
+// runFenced runs a job write's script, which starts with checkFence: the
+// fence's lease key (under the prefix, so a hash-tagged prefix keeps it in
+// the slot of every other key) is KEYS[1], and ARGV is the prefix, the
+// fence's holder and epoch (both empty without a fence), then args.
+func (s *Store) runFenced(ctx context.Context, sc *goredis.Script, f *store.Fence, args ...any) (any, error) {
+	var (
+		keys          []string
+		holder, epoch string
+	)
+	if f != nil {
+		keys = []string{s.leaseKey(f.Lease)}
+		holder, epoch = f.Holder, strconv.FormatInt(f.Epoch, 10)
+	}
+	return sc.Run(ctx, s.c, keys, append([]any{s.p, holder, epoch}, args...)...).Result()
+}
+
+// fencedPrefix starts the error reply of checkFence.
+const fencedPrefix = "FENCED "
+
 // wrap makes err a redis: op error, keeping the store's sentinel errors
-// testable with errors.Is.
+// testable with errors.Is; checkFence's reply becomes store.ErrFenced.
 func wrap(op string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if msg, ok := strings.CutPrefix(err.Error(), fencedPrefix); ok {
+		return fmt.Errorf("redis: %s: %w (%s)", op, store.ErrFenced, msg)
 	}
 	return fmt.Errorf("redis: %s: %w", op, err)
 }
@@ -217,10 +261,24 @@ func wrap(op string, err error) error {
 // enc writes a name inside a key: <byte length>:<name>.
 func enc(s string) string { return strconv.Itoa(len(s)) + ":" + s }
 
-// Times: nanoseconds in hashes, microseconds in scores.
+// Times: nanoseconds in hashes, but run_at (run_at_us) in microseconds, so
+// that it reaches the year 9999; microseconds in scores.
 
 func nsStr(t time.Time) string { return strconv.FormatInt(t.UnixNano(), 10) }
 func usStr(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
+
+// due reports whether a job due at runAt is available at now: when its
+// run_at as stored (to the microsecond) is not after now, as a claim's
+// promotion decides.
+func due(runAt, now time.Time) bool { return !runAt.Truncate(time.Microsecond).After(now) }
+
+func parseMicros(s string) (time.Time, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bad time %q: %w", s, err)
+	}
+	return time.UnixMicro(n).UTC(), nil
+}
 
 func parseTime(s string) (time.Time, error) {
 	if s == "" {
@@ -252,7 +310,22 @@ func orderPrefix(priority int64, runAt time.Time) string {
 	return hex16(^(uint64(priority) ^ signBit)) + runAtKey(runAt)
 }
 
-func runAtKey(t time.Time) string { return hex16(uint64(t.UnixNano()) ^ signBit) }
+// runAtKey is run_at's part of a dispatch-order member: run_at as stored
+// (to the microsecond) in Unix nanoseconds, sign bit flipped. Nanoseconds,
+// as before run_at_us, so members written then sort with today's. Only
+// available (due) jobs are ordered by it, and a due run_at is at most now,
+// which nanoseconds hold until 2262; a later run_at (up to 9999 is
+// allowed) saturates rather than wraps, so the key never sorts it early.
+func runAtKey(t time.Time) string {
+	ns := int64(math.MaxInt64)
+	switch us := t.UnixMicro(); {
+	case us < math.MinInt64/1000:
+		ns = math.MinInt64
+	case us <= math.MaxInt64/1000:
+		ns = us * 1000
+	}
+	return hex16(uint64(ns) ^ signBit)
+}
 
 // member is a dispatch-order member, read back.
 type member struct {
@@ -376,12 +449,18 @@ func jobFromMap(m map[string]string) (store.Job, error) {
 	for _, f := range []struct {
 		dst  *time.Time
 		name string
-	}{{&j.RunAt, "run_at"}, {&j.LeaseUntil, "lease_until"}, {&j.CreatedAt, "created_at"}, {&j.FinishedAt, "finished_at"}} {
+	}{{&j.LeaseUntil, "lease_until"}, {&j.CreatedAt, "created_at"}, {&j.FinishedAt, "finished_at"}} {
 		if *f.dst, err = parseTime(m[f.name]); err != nil {
 			return j, err
 		}
 	}
-	return j, nil
+	// A job hash written before run_at_us holds run_at in nanoseconds.
+	if us, ok := m["run_at_us"]; ok {
+		j.RunAt, err = parseMicros(us)
+	} else {
+		j.RunAt, err = parseTime(m["run_at"])
+	}
+	return j, err
 }
 
 // jobsFrom reads an array of job hashes.

@@ -27,6 +27,23 @@ local function kFin(E, st) return P .. 'fin:' .. E .. ':' .. st end
 local function kFinAll(st) return P .. 'fin:' .. st end
 local function kRt(E, q) return P .. 'rt:' .. E .. ':' .. enc(q) end
 local function int(n) return string.format('%d', n) end
+local function kLease(name) return P .. 'lease:' .. name end
+
+-- checkFence is the first thing a job write does: a fenced write passes
+-- its lease's key as KEYS[1] and the fence's holder and epoch as ARGV[2]
+-- and ARGV[3] (a write without a fence passes no key, and '' for both).
+-- It returns the error reply to send, or nil when the write may go on:
+-- the lease is held by that holder at that epoch. The expiry is not
+-- looked at: the epoch is what fences. A lease changes hands only
+-- through scriptLeaseAcquire, which bumps the epoch and, being a script
+-- too, runs wholly before or after the write.
+local function checkFence()
+	if #KEYS == 0 then return nil end
+	local h, e = unpack(redis.call('HMGET', KEYS[1], 'holder', 'epoch'))
+	if ARGV[2] ~= '' and h == ARGV[2] and e == ARGV[3] then return nil end
+	return redis.error_reply('FENCED ' .. string.sub(KEYS[1], #P + 1) .. ' is held by "' .. tostring(h or '') .. '" at epoch ' ..
+		tostring(e or 'none') .. ', not by "' .. ARGV[2] .. '" at epoch ' .. ARGV[3])
+end
 local function hex16(n) return string.format('%016x', tonumber(n)) end
 
 -- release drops the unique and debounce keys id holds.
@@ -102,22 +119,27 @@ func newReadScript(body string) *goredis.Script {
 const enqueueNF = 15
 
 // scriptEnqueue writes a whole JobEnqueueMany group.
-// ARGV: P, E, ns, now (ns), now (µs), now's run_at order key, then items
+// KEYS: the fence's lease, if any. ARGV: P, fence holder, fence epoch (see
+// checkFence), E, ns, now (ns), now (µs), now's run_at order key, then items
 // of enqueueNF fields: kind (J new admitted, S new shed, R replay admitted,
-// X replay shed), id, queue, task, has payload, payload, priority, run_at,
-// max_attempts, unique key, debounce key, due (1: available now), scheduled
-// score (µs), order-key prefix (priority and run_at, 32 hex), extra (the
-// shed error for S and X; 1 for an auto-retry R).
+// X replay shed), id, queue, task, has payload, payload, priority, run_at
+// (µs, the hash's run_at_us), max_attempts, unique key, debounce key, due
+// (1: available now), scheduled score (µs), order-key prefix (priority and
+// run_at, 32 hex), extra (the shed error for S and X; 1 for an auto-retry
+// R). A job hash written before run_at_us has run_at (ns) instead; a
+// script that sets run_at_us drops it.
 // Returns outcome, id for each item.
 var scriptEnqueue = newScript(`
-local E, ns, now, nowUs, nowRk = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local fenced = checkFence()
+if fenced then return fenced end
+local E, ns, now, nowUs, nowRk = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local SHED_META = '{"shed":"quota"}'
 local out = {}
 
 local function insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, status)
 	local seq = int(redis.call('INCR', P .. 'seq'))
 	local am = pre .. hex16(seq) .. string.format('%04x', #task) .. task .. id
-	local f = {'namespace', ns, 'id', id, 'queue', q, 'task', task, 'priority', prio, 'run_at', runAt,
+	local f = {'namespace', ns, 'id', id, 'queue', q, 'task', task, 'priority', prio, 'run_at_us', runAt,
 		'max_attempts', maxAtt, 'attempt', '0', 'status', status, 'created_at', now, 'seq', seq, 'am', am}
 	if hasPl == '1' then
 		f[#f + 1] = 'payload'
@@ -126,7 +148,7 @@ local function insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, status)
 	return seq, am, f
 end
 
-for b = 7, #ARGV - 14, 15 do -- enqueueNF fields an item
+for b = 9, #ARGV - 14, 15 do -- enqueueNF fields an item
 	local kind, id, q, task, hasPl, pl = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
 	local prio, runAt, maxAtt, uk, dk = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
 	local due, score, pre, extra = ARGV[b + 11], ARGV[b + 12], ARGV[b + 13], ARGV[b + 14]
@@ -149,7 +171,8 @@ for b = 7, #ARGV - 14, 15 do -- enqueueNF fields an item
 					local nam = rekey(ham, string.sub(pre, 17, 32))
 					unplace(E, hq, holder, ham)
 					place(E, hq, holder, nam, due, score)
-					redis.call('HSET', hk, 'run_at', runAt, 'am', nam)
+					redis.call('HSET', hk, 'run_at_us', runAt, 'am', nam)
+					redis.call('HDEL', hk, 'run_at')
 					if hasPl == '1' then
 						redis.call('HSET', hk, 'payload', pl)
 					else
@@ -199,8 +222,8 @@ for b = 7, #ARGV - 14, 15 do -- enqueueNF fields an item
 				local nam = rekey(am, nowRk)
 				delFinished(E, id, seq, 'dead', jq)
 				redis.call('HDEL', jk, 'error', 'dead_meta', 'finished_at', 'lease_until', 'worker', 'result',
-					'shed', 'no_retry', 'debounce_key')
-				redis.call('HSET', jk, 'status', 'pending', 'attempt', '0', 'run_at', now, 'am', nam)
+					'shed', 'no_retry', 'debounce_key', 'run_at')
+				redis.call('HSET', jk, 'status', 'pending', 'attempt', '0', 'run_at_us', nowUs, 'am', nam)
 				if extra == '1' then redis.call('HINCRBY', jk, 'dead_replays', 1) end
 				move(E, id, seq, 'dead', 'pending')
 				redis.call('ZADD', kAv(E, jq), 0, nam)
@@ -225,14 +248,18 @@ return out
 `)
 
 // scriptPromote makes due scheduled jobs of the queues available, at most
-// ARGV[4] per queue and call (0: none, the caller knows none is due), and
+// chunk per queue and call (0: none, the caller knows none is due), and
 // returns more (1: call again) followed by the head of each queue's
-// available index, ARGV[5] members long.
-// ARGV: P, E, now (µs), chunk, page, queues…
+// available index, page members long. A claim's first script, it checks
+// the claim's fence.
+// KEYS: the fence's lease, if any. ARGV: P, fence holder, fence epoch (see
+// checkFence), E, now (µs), chunk, page, queues…
 var scriptPromote = newScript(`
-local E, nowUs, chunk, page = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local fenced = checkFence()
+if fenced then return fenced end
+local E, nowUs, chunk, page = ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local out = {0}
-for i = 6, #ARGV do
+for i = 8, #ARGV do
 	local q = ARGV[i]
 	local sk, ak = kSc(E, q), kAv(E, q)
 	if chunk > 0 then
@@ -253,19 +280,22 @@ return out
 
 // scriptClaim claims exactly the chosen jobs, or nothing when one of them
 // is no longer available.
-// ARGV: P, E, number of claims, then per claim: jobs, lease (ns), lease
+// KEYS: the fence's lease, if any. ARGV: P, fence holder, fence epoch (see
+// checkFence), E, number of claims, then per claim: jobs, lease (ns), lease
 // (µs), worker; then per job: id, queue, order member.
 // Returns {'conflict', id} or {'ok', job fields…}.
 var scriptClaim = newScript(`
-local E, nc = ARGV[2], tonumber(ARGV[3])
-local jb = 4 + nc * 4
+local fenced = checkFence()
+if fenced then return fenced end
+local E, nc = ARGV[4], tonumber(ARGV[5])
+local jb = 6 + nc * 4
 for b = jb, #ARGV, 3 do
 	if not redis.call('ZSCORE', kAv(E, ARGV[b + 1]), ARGV[b + 2]) then return {'conflict', ARGV[b]} end
 end
 local out = {'ok'}
 local b = jb
 for c = 0, nc - 1 do
-	local cb = 4 + c * 4
+	local cb = 6 + c * 4
 	local n, leaseNs, leaseUs, worker = tonumber(ARGV[cb]), ARGV[cb + 1], ARGV[cb + 2], ARGV[cb + 3]
 	for _ = 1, n do
 		local id, q, am = ARGV[b], ARGV[b + 1], ARGV[b + 2]
@@ -293,14 +323,17 @@ return out
 const updateNF = 13
 
 // scriptUpdate applies a JobUpdateMany group.
-// ARGV: P, E, now (ns), now (µs), then per update: id, attempt, kind (C
+// KEYS: the fence's lease, if any. ARGV: P, fence holder, fence epoch (see
+// checkFence), E, now (ns), now (µs), then per update: id, attempt, kind (C
 // complete, R retry, D dead, X extend), has result, result, error, run_at
-// (ns), due, scheduled score, run_at order key, lease (ns), lease (µs),
+// (µs), due, scheduled score, run_at order key, lease (ns), lease (µs),
 // no_retry. Returns 1 (applied) or 0 per update.
 var scriptUpdate = newScript(`
-local E, now, nowUs = ARGV[2], ARGV[3], ARGV[4]
+local fenced = checkFence()
+if fenced then return fenced end
+local E, now, nowUs = ARGV[4], ARGV[5], ARGV[6]
 local out = {}
-for b = 5, #ARGV - 12, 13 do -- updateNF fields an update
+for b = 7, #ARGV - 12, 13 do -- updateNF fields an update
 	local id, att, kind, hasRes, res, err = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
 	local runAt, due, score, rk = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9]
 	local leaseNs, leaseUs, noRetry = ARGV[b + 10], ARGV[b + 11], ARGV[b + 12]
@@ -343,8 +376,8 @@ for b = 5, #ARGV - 12, 13 do -- updateNF fields an update
 					release(E, id, uk, nil)
 				else
 					local nam = rekey(am, rk)
-					redis.call('HSET', jk, 'status', 'pending', 'run_at', runAt, 'am', nam)
-					redis.call('HDEL', jk, 'worker')
+					redis.call('HSET', jk, 'status', 'pending', 'run_at_us', runAt, 'am', nam)
+					redis.call('HDEL', jk, 'worker', 'run_at')
 					move(E, id, seq, 'running', 'pending')
 					place(E, q, id, nam, due, score)
 					-- Pending again, it takes its debounce key back unless a
@@ -411,9 +444,10 @@ end
 return out
 `)
 
-// scriptNextRunAt returns the run_at (ns) of the first scheduled job of
-// each queue that has one, or of the namespace when no queue is given.
-// ARGV: P, E, queues….
+// scriptNextRunAt returns the run_at of the first scheduled job of each
+// queue that has one, or of the namespace when no queue is given: 'u' and
+// run_at_us, or 'n' and the run_at (ns) of a hash written before
+// run_at_us. ARGV: P, E, queues….
 var scriptNextRunAt = newReadScript(`
 local E = ARGV[2]
 local keys = {}
@@ -422,7 +456,14 @@ if #keys == 0 then keys[1] = kScn(E) end
 local out = {}
 for _, k in ipairs(keys) do
 	local r = redis.call('ZRANGE', k, 0, 0)
-	if #r > 0 then out[#out + 1] = redis.call('HGET', kJob(E, r[1]), 'run_at') end
+	if #r > 0 then
+		local us, ns = unpack(redis.call('HMGET', kJob(E, r[1]), 'run_at_us', 'run_at'))
+		if us then
+			out[#out + 1] = 'u' .. us
+		elseif ns then
+			out[#out + 1] = 'n' .. ns
+		end
+	end
 end
 return out
 `)
@@ -617,4 +658,94 @@ else
 	end
 end
 return out
+`)
+
+// scriptLeaseAcquire takes or renews leases for a holder: a lease never
+// taken is created at epoch 1; one the holder holds is renewed (same
+// epoch); one released or expired at now is taken (next epoch); one
+// another holder holds until after now is left. Returns name, epoch of
+// each lease the holder holds afterwards.
+// ARGV: P, holder, now (µs), expires (µs), names… (each once).
+var scriptLeaseAcquire = newScript(`
+local holder, now, exp = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local out = {}
+for i = 5, #ARGV do
+	local name = ARGV[i]
+	local k = kLease(name)
+	local h, e, x = unpack(redis.call('HMGET', k, 'holder', 'epoch', 'expires'))
+	if not e then
+		e = '1'
+		redis.call('ZADD', P .. 'leases', 0, name)
+	elseif h == holder then
+		-- renewed
+	elseif h == '' or not x or tonumber(x) <= now then
+		e = int(tonumber(e) + 1)
+	else
+		e = nil
+	end
+	if e then
+		redis.call('HSET', k, 'holder', holder, 'epoch', e, 'expires', exp)
+		out[#out + 1] = name
+		out[#out + 1] = e
+	end
+end
+return out
+`)
+
+// scriptLeaseRelease gives the holder's leases among names up: holder empty
+// and no expiry, the epoch kept. ARGV: P, holder, names….
+var scriptLeaseRelease = newScript(`
+local holder = ARGV[2]
+for i = 3, #ARGV do
+	local k = kLease(ARGV[i])
+	if redis.call('HGET', k, 'holder') == holder then
+		redis.call('HSET', k, 'holder', '')
+		redis.call('HDEL', k, 'expires')
+	end
+end
+return 0
+`)
+
+// scriptLeaseList returns name, holder, epoch, expires (µs, empty when
+// released) of every lease, by name. ARGV: P.
+var scriptLeaseList = newReadScript(`
+local out = {}
+for _, name in ipairs(redis.call('ZRANGE', P .. 'leases', 0, -1)) do
+	local h, e, x = unpack(redis.call('HMGET', kLease(name), 'holder', 'epoch', 'expires'))
+	out[#out + 1] = name
+	out[#out + 1] = h or ''
+	out[#out + 1] = e or '0'
+	out[#out + 1] = x or ''
+end
+return out
+`)
+
+// scriptMemberHeartbeat records a node as live until its expiry, drops the
+// members whose expiry is not after now, and returns node, info, expiry
+// (µs) of each live member.
+// ARGV: P, node, info (JSON), expires (µs), now (µs).
+var scriptMemberHeartbeat = newScript(`
+local node, info, exp, now = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local mk, ik = P .. 'members', P .. 'members:info'
+redis.call('ZADD', mk, exp, node)
+redis.call('HSET', ik, node, info)
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', mk, '-inf', now)) do
+	redis.call('ZREM', mk, gone)
+	redis.call('HDEL', ik, gone)
+end
+local out = {}
+local live = redis.call('ZRANGEBYSCORE', mk, '(' .. now, '+inf', 'WITHSCORES')
+for i = 1, #live, 2 do
+	out[#out + 1] = live[i]
+	out[#out + 1] = redis.call('HGET', ik, live[i]) or '{}'
+	out[#out + 1] = live[i + 1]
+end
+return out
+`)
+
+// scriptMemberLeave removes a node. ARGV: P, node.
+var scriptMemberLeave = newScript(`
+redis.call('ZREM', P .. 'members', ARGV[2])
+redis.call('HDEL', P .. 'members:info', ARGV[2])
+return 0
 `)

@@ -24,9 +24,11 @@ const (
 	stScheduled = 4 // pending, run_at in the future
 )
 
-// pendingStatus is the status of a pending job due at runAt, seen at now.
+// pendingStatus is the status of a pending job due at runAt, seen at now:
+// due when its run_at as stored (to the microsecond) is not after now, as
+// a claim's promotion decides.
 func pendingStatus(runAt, now time.Time) int {
-	if runAt.After(now) {
+	if runAt.Truncate(time.Microsecond).After(now) {
 		return stScheduled
 	}
 	return stPending
@@ -72,7 +74,7 @@ func scanJob(sc scanner) (store.Job, error) {
 	if status >= 0 && status < len(statusNames) {
 		j.Status = statusNames[status]
 	}
-	j.RunAt = time.Unix(0, runAt).UTC()
+	j.RunAt = fromRunAtMicros(runAt)
 	j.CreatedAt = time.Unix(0, createdAt).UTC()
 	j.UniqueKey, j.DebounceKey, j.Worker, j.Error = uniqueKey.String, debounceKey.String, worker.String, errText.String
 	j.LeaseUntil = fromNanos(leaseUntil)
@@ -204,7 +206,7 @@ func (e *enqueuer) flush() error {
 		now := nanos(e.now)
 		for _, r := range chunk {
 			j := r.job
-			args = append(args, e.ns, j.ID, j.Queue, j.Task, nullBytes(j.Payload), j.Priority, nanos(j.RunAt), j.MaxAttempts, now)
+			args = append(args, e.ns, j.ID, j.Queue, j.Task, nullBytes(j.Payload), j.Priority, runAtMicros(j.RunAt), j.MaxAttempts, now)
 			if !e.rowsIsShed {
 				args = append(args, pendingStatus(j.RunAt, e.now))
 			} else {
@@ -291,7 +293,7 @@ func (e *enqueuer) keyed(j *store.NewJob) (api.EnqueueResult, error) {
 		switch err := row.Scan(&seq, &holder); {
 		case err == nil:
 			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET payload = ?, run_at = ?, status = ? WHERE seq = ?`,
-				nullBytes(j.Payload), nanos(j.RunAt), pendingStatus(j.RunAt, e.now), seq); err != nil {
+				nullBytes(j.Payload), runAtMicros(j.RunAt), pendingStatus(j.RunAt, e.now), seq); err != nil {
 				return api.EnqueueResult{}, err
 			}
 			return api.EnqueueResult{ID: holder, Outcome: api.OutcomeCoalesced}, nil
@@ -301,7 +303,7 @@ func (e *enqueuer) keyed(j *store.NewJob) (api.EnqueueResult, error) {
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO jobs (namespace, id, queue, task, payload, priority, run_at, max_attempts,
 		status, unique_key, debounce_key, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		e.ns, j.ID, j.Queue, j.Task, nullBytes(j.Payload), j.Priority, nanos(j.RunAt), j.MaxAttempts, pendingStatus(j.RunAt, e.now),
+		e.ns, j.ID, j.Queue, j.Task, nullBytes(j.Payload), j.Priority, runAtMicros(j.RunAt), j.MaxAttempts, pendingStatus(j.RunAt, e.now),
 		nullString(j.UniqueKey), nullString(j.DebounceKey), nanos(e.now))
 	if err != nil {
 		return api.EnqueueResult{}, err
@@ -355,7 +357,7 @@ func (e *enqueuer) replay(id string, c store.EnqueueCall) (api.EnqueueResult, er
 	// The debounce key is dropped: the window it stood for is long gone.
 	_, err := tx.ExecContext(ctx, `UPDATE jobs SET status = 0, attempt = 0, run_at = ?, error = NULL, dead_meta = NULL,
 		finished_at = NULL, lease_until = NULL, worker = NULL, result = NULL, shed = 0, no_retry = 0,
-		debounce_key = NULL, dead_replays = dead_replays + ? WHERE seq = ?`, nanos(e.now), replays, seq)
+		debounce_key = NULL, dead_replays = dead_replays + ? WHERE seq = ?`, runAtMicros(e.now), replays, seq)
 	if err != nil {
 		return api.EnqueueResult{}, err
 	}
@@ -568,7 +570,7 @@ func (s *Store) jobClaimMany(ctx context.Context, run txRunner, p store.JobClaim
 		}
 		skipQueue := map[string]bool{}
 		stopped := false
-		now := nanos(p.Now)
+		nowRunAt := runAtMicros(p.Now) // for comparing with run_at
 		// Cursors are shared by the group's claims: a page read for one
 		// claim serves the next, so a group of small claims reads each
 		// queue's head once.
@@ -596,7 +598,7 @@ func (s *Store) jobClaimMany(ctx context.Context, run txRunner, p store.JobClaim
 				if !ok && !p.NoPromote {
 					// Due scheduled jobs become available before the scan.
 					if _, err := tx.ExecContext(ctx, `UPDATE jobs SET status = 0
-						WHERE namespace = ? AND queue = ? AND status = 4 AND run_at <= ?`, p.Namespace, q, now); err != nil {
+						WHERE namespace = ? AND queue = ? AND status = 4 AND run_at <= ?`, p.Namespace, q, nowRunAt); err != nil {
 						return err
 					}
 				}
@@ -780,7 +782,7 @@ func (s *Store) jobUpdateMany(ctx context.Context, run txRunner, p store.JobUpda
 					debounce_key = CASE WHEN debounce_key IS NOT NULL AND EXISTS (SELECT 1 FROM jobs h
 						WHERE h.namespace = jobs.namespace AND h.debounce_key = jobs.debounce_key AND h.status IN (0, 4))
 						THEN NULL ELSE debounce_key END`+cond,
-					pendingStatus(u.RunAt, p.Now), nanos(u.RunAt), nullString(u.Error), p.Namespace, u.ID, u.Attempt)
+					pendingStatus(u.RunAt, p.Now), runAtMicros(u.RunAt), nullString(u.Error), p.Namespace, u.ID, u.Attempt)
 			case store.UpdateDead:
 				noRetry := 0
 				if u.NoRetry {
@@ -1003,7 +1005,7 @@ func jobNextRunAt(ctx context.Context, r querier, namespace string, queues []str
 			WHERE namespace = ? AND status = 4`, namespace).Scan(&n); err != nil {
 			return time.Time{}, false, fmt.Errorf("sqlite: JobNextRunAt: %w", err)
 		}
-		return fromNanos(n), n.Valid, nil
+		return fromRunAtMicros(n.Int64), n.Valid, nil
 	}
 	for _, q := range queues {
 		var n sql.NullInt64
@@ -1011,7 +1013,7 @@ func jobNextRunAt(ctx context.Context, r querier, namespace string, queues []str
 			WHERE namespace = ? AND queue = ? AND status = 4`, namespace, q).Scan(&n); err != nil {
 			return time.Time{}, false, fmt.Errorf("sqlite: JobNextRunAt: %w", err)
 		}
-		if t := fromNanos(n); n.Valid && (!found || t.Before(next)) {
+		if t := fromRunAtMicros(n.Int64); n.Valid && (!found || t.Before(next)) {
 			next, found = t, true
 		}
 	}

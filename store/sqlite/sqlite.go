@@ -5,6 +5,10 @@
 // fight over SQLite's single write lock; a small pool of read-only
 // connections serves reads concurrently thanks to WAL. Migrations are
 // embedded and applied at open.
+//
+// One node owns a SQLite store, so it is not a store.ClusterStore: it keeps
+// no leases, and the Fence of a job write is ignored (the write lands as
+// if it had none).
 package sqlite
 
 import (
@@ -107,12 +111,8 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		}
 		f.Close()
 		temp, path, sync = f.Name(), f.Name(), "OFF"
-	} else {
-		if dir := filepath.Dir(path); dir != "" {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return nil, fmt.Errorf("sqlite: create directory for %s: %w", path, err)
-			}
-		}
+	} else if err := prepareFile(path); err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
 	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
@@ -172,6 +172,50 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	s.ckStop, s.ckDone = make(chan struct{}), make(chan struct{})
 	go s.checkpoints()
 	return s, nil
+}
+
+// Modes of the database's files and of a directory Open creates for them
+// (SPEC §1: the data dir 0700, every file in it 0600).
+const (
+	fileMode os.FileMode = 0o600
+	dirMode  os.FileMode = 0o700
+)
+
+// prepareFile makes the database file at path 0600 before SQLite opens
+// it. SQLite would create a missing one 0644 (less the umask), and it
+// gives the -wal and -shm files it creates the database file's mode, so
+// this one file decides all three. A file already there (a -wal or -shm
+// left by a crash included) is tightened to 0600. A directory Open must
+// create is 0700; one that exists is the operator's, and left as it is.
+func prepareFile(path string) error {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, dirMode); err != nil {
+			return fmt.Errorf("create directory for %s: %w", path, err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, fileMode)
+	if err == nil {
+		// An empty file is an empty database to SQLite.
+		return f.Close()
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if perm := fi.Mode().Perm(); perm&^fileMode != 0 {
+			if err := os.Chmod(p, perm&fileMode); err != nil {
+				return fmt.Errorf("tighten %s to %#o: %w", p, perm&fileMode, err)
+			}
+		}
+	}
+	return nil
 }
 
 // checkpoints runs a passive checkpoint every ckEvery until Close: it
@@ -362,7 +406,16 @@ func (s *Store) exec(ctx context.Context, query string) (sql.Result, error) {
 	return (&wtx{s: s, ctx: ctx}).ExecContext(ctx, query)
 }
 
-// Times are stored as Unix nanoseconds; the zero time is NULL.
+// Times are stored as Unix nanoseconds, the zero time as NULL; all but
+// run_at, which is Unix microseconds (migration 4): nanoseconds only reach
+// the year 2262, and a job may run as late as 9999-12-31T23:59:59Z (SPEC
+// §5). The other times come from the node's clock.
+
+// runAtMicros is run_at as stored: truncated to the microsecond, the
+// precision the store contract keeps.
+func runAtMicros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromRunAtMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
 func nanos(t time.Time) int64 { return t.UnixNano() }
 

@@ -10,6 +10,11 @@
 //		})
 //	}
 //
+// A backend that implements store.ClusterStore (a store several nodes
+// share) also runs the cluster cases: membership, leases with epochs, and
+// job writes refused with store.ErrFenced under a stale Fence; one that
+// does not skips them, and must ignore a Fence instead.
+//
 // Every subtest asks the factory for a fresh, empty store. Times are fixed
 // (the suite never reads the clock) and compared at microsecond precision,
 // the least a backend must keep.
@@ -52,11 +57,13 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("JobUpdateMany", func(t *testing.T) { exerciseUpdate(t, newStore) })
 	t.Run("JobRead", func(t *testing.T) { exerciseRead(t, newStore) })
 	t.Run("JobNextRunAt", func(t *testing.T) { exerciseNextRunAt(t, newStore) })
+	t.Run("JobTimes", func(t *testing.T) { exerciseTimes(t, newStore) })
 	t.Run("JobDelete", func(t *testing.T) { exerciseDelete(t, newStore) })
 	t.Run("Setting", func(t *testing.T) { exerciseSetting(t, newStore) })
 	t.Run("Token", func(t *testing.T) { exerciseToken(t, newStore) })
 	t.Run("Config", func(t *testing.T) { exerciseConfig(t, newStore) })
 	t.Run("Atomicity", func(t *testing.T) { exerciseAtomicity(t, newStore) })
+	t.Run("Cluster", func(t *testing.T) { exerciseCluster(t, newStore) })
 }
 
 // base is the suite's fixed "now"; at(d) is base shifted by d. Times are

@@ -1,0 +1,215 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flexiq/flexiq/actors"
+	"github.com/flexiq/flexiq/api"
+)
+
+// The node's own calls (the admin door's dead-letter replay, periodic
+// fires, the auto-retry sweep) reach a namespace's actor wherever it
+// lives: here, or on its owner over fq.internal.op.<node>. Only nodes may
+// publish below fq.internal (SPEC §7), so these carry no token.
+
+// internalOp is a node's call forwarded to the owner of its namespace.
+type internalOp struct {
+	Namespace string          `json:"namespace"`
+	Op        actors.Op       `json:"op"`
+	Body      json.RawMessage `json:"body"`
+	AutoRetry bool            `json:"auto_retry,omitempty"`
+	// Invalidate, instead of a call, tells the owner to drop its copy of
+	// the namespace's quota (Revision > 0) or configuration.
+	Invalidate bool  `json:"invalidate,omitempty"`
+	Revision   int64 `json:"revision,omitempty"`
+}
+
+// internalReply is its answer.
+type internalReply struct {
+	Body  json.RawMessage `json:"body,omitempty"`
+	Error *api.Error      `json:"error,omitempty"`
+}
+
+// RoutedSender sends a node's own calls to the namespace's owner.
+type RoutedSender struct {
+	NC     *nats.Conn
+	Local  Sender
+	Router Router
+	Log    *slog.Logger
+	// Timeout bounds a forwarded call (default 30 s).
+	Timeout time.Duration
+}
+
+// Send delivers m to ns's actor, on this node or its owner.
+func (r *RoutedSender) Send(ns string, m *actors.Message) {
+	if r.Router == nil {
+		r.Local.Send(ns, m)
+		return
+	}
+	owner, mine := r.Router.Owner(ns)
+	if mine || owner == "" {
+		// No owner: the local actor answers that the namespace is
+		// moving, which the callers retry at their next round.
+		r.Local.Send(ns, m)
+		return
+	}
+	body, err := json.Marshal(m.Body)
+	if err != nil {
+		m.Reply(nil, api.Errorf(api.CodeInternal, "", "encode %s: %v", m.Op, err))
+		return
+	}
+	data, _ := json.Marshal(internalOp{Namespace: ns, Op: m.Op, Body: body, AutoRetry: m.AutoRetry})
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	go func() {
+		msg, err := r.NC.Request(api.SubjectInternalOp(owner), data, timeout)
+		if err != nil {
+			m.Reply(nil, api.Errorf(api.CodeUnavailable, "", "the node owning namespace '%s' did not answer: %v", ns, err))
+			return
+		}
+		var rep internalReply
+		if err := json.Unmarshal(msg.Data, &rep); err != nil {
+			m.Reply(nil, api.Errorf(api.CodeInternal, "", "undecodable answer from the owner of '%s'", ns))
+			return
+		}
+		if rep.Error != nil {
+			m.Reply(nil, rep.Error)
+			return
+		}
+		out, err := decodeReply(m.Op, rep.Body)
+		if err != nil {
+			m.Reply(nil, api.Errorf(api.CodeInternal, "", "undecodable answer from the owner of '%s'", ns))
+			return
+		}
+		m.Reply(out, nil)
+	}()
+}
+
+// decodeReply decodes the body an actor answers op with.
+func decodeReply(op actors.Op, data []byte) (any, error) {
+	switch op {
+	case actors.OpEnqueue, actors.OpReplay, actors.OpEvent:
+		var r api.EnqueueReply
+		err := json.Unmarshal(data, &r)
+		return r, err
+	}
+	return nil, fmt.Errorf("op %s is not forwarded", op)
+}
+
+// decodeOp decodes a forwarded call's body.
+func decodeOp(op actors.Op, data []byte) (any, error) {
+	switch op {
+	case actors.OpEnqueue:
+		var r api.EnqueueRequest
+		err := json.Unmarshal(data, &r)
+		return &r, err
+	case actors.OpReplay:
+		var r api.ReplayRequest
+		err := json.Unmarshal(data, &r)
+		return &r, err
+	case actors.OpEvent:
+		var r api.EventRequest
+		err := json.Unmarshal(data, &r)
+		return &r, err
+	}
+	return nil, fmt.Errorf("op %s is not forwarded", op)
+}
+
+// ServeInternalOps takes the calls other nodes route to this node's
+// actors, and their requests to drop a cached copy (SyncPublisher).
+func ServeInternalOps(nc *nats.Conn, node string, local Sender, inv Invalidator, log *slog.Logger) (*nats.Subscription, error) {
+	sub, err := nc.Subscribe(api.SubjectInternalOp(node), func(msg *nats.Msg) {
+		answer := func(body any, e *api.Error) {
+			rep := internalReply{Error: e}
+			if e == nil {
+				rep.Body, _ = json.Marshal(body)
+			}
+			data, _ := json.Marshal(rep)
+			if err := msg.Respond(data); err != nil {
+				log.Debug("cannot answer an internal call", "err", err)
+			}
+		}
+		var op internalOp
+		if err := json.Unmarshal(msg.Data, &op); err != nil {
+			answer(nil, api.BadRequest("undecodable internal call"))
+			return
+		}
+		if op.Invalidate {
+			if op.Revision > 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), verifyTimeout)
+				err := inv.InvalidateVerified(ctx, op.Namespace, op.Revision)
+				cancel()
+				if err != nil {
+					answer(nil, api.Errorf(api.CodeUnavailable, "", "cannot verify revision %d of '%s'", op.Revision, op.Namespace))
+					return
+				}
+			} else {
+				inv.InvalidateConfig(op.Namespace)
+			}
+			answer(struct{}{}, nil)
+			return
+		}
+		body, err := decodeOp(op.Op, op.Body)
+		if err != nil {
+			answer(nil, api.BadRequest("%v", err))
+			return
+		}
+		local.Send(op.Namespace, &actors.Message{Op: op.Op, Body: body, AutoRetry: op.AutoRetry, Reply: answer})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to internal calls: %w", err)
+	}
+	return sub, nil
+}
+
+// SyncPublisher broadcasts changes like Publisher and, on a cluster, waits
+// until the namespace's owner has dropped its cached copy (SPEC §10 "Read
+// your writes": once the admin door answers, every later call, decided by
+// the owner, sees the change). If the owner does not confirm within
+// Timeout the broadcast and the cache TTL still bound the delay.
+type SyncPublisher struct {
+	Publisher
+	Router  Router
+	Log     *slog.Logger
+	Timeout time.Duration
+}
+
+// QuotaChanged broadcasts and waits for the owner.
+func (p SyncPublisher) QuotaChanged(ns string, rev int64, at time.Time) error {
+	err := p.Publisher.QuotaChanged(ns, rev, at)
+	p.confirm(internalOp{Namespace: ns, Invalidate: true, Revision: rev})
+	return err
+}
+
+// ConfigChanged broadcasts and waits for the owner.
+func (p SyncPublisher) ConfigChanged(ns, kind string) error {
+	err := p.Publisher.ConfigChanged(ns, kind)
+	p.confirm(internalOp{Namespace: ns, Invalidate: true})
+	return err
+}
+
+func (p SyncPublisher) confirm(op internalOp) {
+	if p.Router == nil {
+		return
+	}
+	owner, mine := p.Router.Owner(op.Namespace)
+	if mine || owner == "" {
+		return // the admin door dropped this node's copy itself
+	}
+	timeout := p.Timeout
+	if timeout <= 0 {
+		timeout = time.Second
+	}
+	data, _ := json.Marshal(op)
+	if _, err := p.NC.Request(api.SubjectInternalOp(owner), data, timeout); err != nil && p.Log != nil {
+		p.Log.Warn("the namespace's owner did not confirm a change; the broadcast and the cache TTL bound it", "namespace", op.Namespace, "err", err)
+	}
+}

@@ -1,0 +1,616 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/client"
+)
+
+// Many nodes (SPEC §10), tested as an operator runs them: separate fq-node
+// processes on loopback, their embedded NATS servers joined by routes,
+// sharing one PostgreSQL or Redis store.
+
+const (
+	clusterRoot   = "fq_root_cluster_test"
+	clusterSecret = "fq_cluster_cluster_test"
+)
+
+// member is one fq-node process of a test cluster.
+type member struct {
+	t                      *testing.T
+	id, dir, store         string
+	natsAddr, route, admin string
+	routes                 []string
+	cmd                    *exec.Cmd
+	maintenance            bool
+	exited                 chan struct{}
+}
+
+func (m *member) start() {
+	m.t.Helper()
+	bin, err := fqNode()
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	args := []string{"--data-dir", m.dir, "--store", m.store, "--nats-listen", m.natsAddr, "--admin-addr", m.admin,
+		"--root-token", clusterRoot, "--cluster-secret", clusterSecret, "--node-id", m.id,
+		"--cluster-listen", m.route, "--routes", strings.Join(m.routes, ","), "--grpc-addr", ""}
+	m.cmd = exec.Command(bin, args...)
+	m.cmd.Env = append(os.Environ(), "FLEXIQ_MAINTENANCE="+map[bool]string{true: "on", false: "off"}[m.maintenance])
+	logf, err := os.OpenFile(filepath.Join(m.dir, "node.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.cmd.Stdout, m.cmd.Stderr = logf, logf
+	if err := m.cmd.Start(); err != nil {
+		m.t.Fatal(err)
+	}
+	m.exited = make(chan struct{})
+	go func() { _ = m.cmd.Wait(); logf.Close(); close(m.exited) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + m.admin + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		select {
+		case <-m.exited:
+			log, _ := os.ReadFile(filepath.Join(m.dir, "node.log"))
+			m.t.Fatalf("node %s exited at start:\n%s", m.id, log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(m.dir, "node.log"))
+			m.t.Fatalf("node %s did not become healthy: %v\n%s", m.id, err, log)
+		}
+		waitFor(20 * time.Millisecond)
+	}
+}
+
+func (m *member) signal(sig syscall.Signal) {
+	if m.cmd == nil || m.cmd.Process == nil {
+		return
+	}
+	_ = m.cmd.Process.Signal(sig)
+	select {
+	case <-m.exited:
+	case <-time.After(20 * time.Second):
+		m.t.Errorf("node %s did not exit after %v", m.id, sig)
+		_ = m.cmd.Process.Kill()
+		<-m.exited
+	}
+}
+
+func (m *member) natsURL() string { return "nats://" + m.natsAddr }
+
+// testCluster is n nodes on one store.
+type testCluster struct {
+	t       *testing.T
+	members []*member
+}
+
+// startCluster runs n fq-node processes on the test's backend store,
+// joined by routes, and waits until they have placed every partition.
+func startCluster(t *testing.T, n int) *testCluster {
+	t.Helper()
+	storeURL := storeURLFor(t, t.TempDir())
+	c := &testCluster{t: t}
+	var routes []string
+	for i := 0; i < n; i++ {
+		m := &member{t: t, id: fmt.Sprintf("n%d", i+1), dir: t.TempDir(), store: storeURL,
+			natsAddr: freeAddr(t), route: freeAddr(t), admin: freeAddr(t), maintenance: true}
+		routes = append(routes, "nats://"+m.route)
+		c.members = append(c.members, m)
+	}
+	for i, m := range c.members {
+		for j, r := range routes {
+			if j != i {
+				m.routes = append(m.routes, r)
+			}
+		}
+	}
+	for _, m := range c.members {
+		m.start()
+		t.Cleanup(func() { m.signal(syscall.SIGKILL) })
+	}
+	c.settled(c.members...)
+	return c
+}
+
+// status is GET /v1/cluster of m.
+func (c *testCluster) status(m *member) (clusterStatus, error) {
+	req, _ := http.NewRequest("GET", "http://"+m.admin+"/v1/cluster", nil)
+	req.Header.Set("Authorization", "Bearer "+clusterRoot)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return clusterStatus{}, err
+	}
+	defer resp.Body.Close()
+	var st clusterStatus
+	if resp.StatusCode != 200 {
+		return st, fmt.Errorf("GET /v1/cluster: %s", resp.Status)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+type clusterStatus struct {
+	Node    string `json:"node"`
+	Leader  string `json:"leader"`
+	Owner   string `json:"owner"`
+	Members []struct {
+		ID         string `json:"id"`
+		Ready      bool   `json:"ready"`
+		Owned      int    `json:"owned"`
+		Partitions int    `json:"partitions"`
+	} `json:"members"`
+}
+
+// settled waits until every live member sees exactly live as members,
+// every partition held by one of them, and one leader among them.
+func (c *testCluster) settled(live ...*member) clusterStatus {
+	c.t.Helper()
+	ids := map[string]bool{}
+	for _, m := range live {
+		ids[m.id] = true
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var last clusterStatus
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ok := true
+		for _, m := range live {
+			st, err := c.status(m)
+			last, lastErr = st, err
+			if err != nil || len(st.Members) != len(live) || !ids[st.Leader] {
+				ok = false
+				break
+			}
+			parts := 0
+			for _, mem := range st.Members {
+				if !ids[mem.ID] {
+					ok = false
+				}
+				parts += mem.Partitions
+			}
+			if parts != 64 {
+				ok = false
+			}
+		}
+		if ok {
+			return last
+		}
+		waitFor(50 * time.Millisecond)
+	}
+	c.t.Fatalf("the cluster did not settle on %d members: last %+v %v", len(live), last, lastErr)
+	return last
+}
+
+// do calls the admin door of m; body is JSON text or a value to encode.
+func (c *testCluster) do(m *member, method, path, token string, body any, out any) int {
+	c.t.Helper()
+	var text string
+	switch b := body.(type) {
+	case nil:
+	case string:
+		text = b
+	default:
+		data, _ := json.Marshal(b)
+		text = string(data)
+	}
+	rd := strings.NewReader(text)
+	req, _ := http.NewRequest(method, "http://"+m.admin+path, rd)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s on %s: %v", method, path, m.id, err)
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		_ = json.NewDecoder(resp.Body).Decode(out)
+	}
+	return resp.StatusCode
+}
+
+func (c *testCluster) token(ns, role string) string {
+	c.t.Helper()
+	var out struct{ Token string }
+	if st := c.do(c.members[0], "POST", "/v1/tokens", clusterRoot, map[string]string{"namespace": ns, "role": role}, &out); st != http.StatusCreated {
+		c.t.Fatalf("create token: %d", st)
+	}
+	return out.Token
+}
+
+// clients connects one client per member with token.
+func (c *testCluster) clients(token string, members ...*member) []*client.Client {
+	c.t.Helper()
+	var out []*client.Client
+	for _, m := range members {
+		cl, err := client.Connect(m.natsURL(), token, nats.MaxReconnects(-1))
+		if err != nil {
+			c.t.Fatalf("connect to %s: %v", m.id, err)
+		}
+		c.t.Cleanup(cl.Close)
+		out = append(out, cl)
+	}
+	return out
+}
+
+func (c *testCluster) usage(m *member, token string) usageReply {
+	c.t.Helper()
+	var u usageReply
+	if st := c.do(m, "GET", "/v1/usage", token, nil, &u); st != 200 {
+		c.t.Fatalf("usage: %d", st)
+	}
+	return u
+}
+
+// Three nodes admit what one would: max_pending, max_running and the
+// enqueue rate hold cluster-wide, with producers and workers spread over
+// the three; and an ack through another node than the claim is honoured.
+func TestClusterLimitsHoldClusterWide(t *testing.T) {
+	eachSharedBackend(t, func(t *testing.T) {
+		c := startCluster(t, 3)
+		admin, prod, work := c.token("acme", "admin"), c.token("acme", "producer"), c.token("acme", "worker")
+		if st := c.do(c.members[1], "PUT", "/v1/quota", admin, `{"max_pending":100,"max_running":5}`, nil); st != 200 {
+			t.Fatalf("put quota: %d", st)
+		}
+		producers := c.clients(prod, c.members...)
+		var admitted, full atomic.Int64
+		var wg sync.WaitGroup
+		for i := 0; i < 12; i++ {
+			wg.Add(1)
+			go func(p *client.Client) {
+				defer wg.Done()
+				for j := 0; j < 25; j++ {
+					_, err := p.Enqueue(context.Background(), job("q", "t"))
+					var ae *api.Error
+					switch {
+					case err == nil:
+						admitted.Add(1)
+					case errors.As(err, &ae) && ae.Reason == api.ReasonQueueFull:
+						full.Add(1)
+					default:
+						t.Errorf("enqueue: %v", err)
+					}
+				}
+			}(producers[i%3])
+		}
+		wg.Wait()
+		if admitted.Load() != 100 || full.Load() != 200 {
+			t.Fatalf("3 nodes admitted %d of 300 with max_pending 100 (%d refused)", admitted.Load(), full.Load())
+		}
+		for _, m := range c.members {
+			if u := c.usage(m, admin); u.Usage.Pending != 100 {
+				t.Fatalf("usage on %s: %d pending", m.id, u.Usage.Pending)
+			}
+		}
+
+		// max_running 5, 15 claimers over three nodes.
+		workers := c.clients(work, c.members...)
+		var claimed []api.Job
+		var mu sync.Mutex
+		for i := 0; i < 15; i++ {
+			wg.Add(1)
+			go func(w *client.Client) {
+				defer wg.Done()
+				jobs, err := w.Claim(context.Background(), api.ClaimRequest{Queues: []string{"q"}, Max: 1, LeaseMS: 60000})
+				if err != nil {
+					t.Errorf("claim: %v", err)
+					return
+				}
+				mu.Lock()
+				claimed = append(claimed, jobs...)
+				mu.Unlock()
+			}(workers[i%3])
+		}
+		wg.Wait()
+		if len(claimed) != 5 {
+			t.Fatalf("3 nodes handed out %d jobs with max_running 5", len(claimed))
+		}
+		// Acks through a node other than each claim's.
+		for i, j := range claimed {
+			if err := workers[(i+1)%3].Ack(ctx(t), j.ID, j.Attempt, nil); err != nil {
+				t.Fatalf("ack of %s through another node: %v", j.ID, err)
+			}
+		}
+		if u := c.usage(c.members[2], admin); u.Usage.Running != 0 || u.Usage.Archived != 5 {
+			t.Fatalf("after the acks: %+v", u.Usage)
+		}
+
+		// Read your writes: once a PUT answered on one node, a call that
+		// starts after it through any node is decided under it.
+		for i := 0; i < 20; i++ {
+			limit := 95 + i%2*10 // alternately below and above the 95 pending
+			if st := c.do(c.members[i%3], "PUT", "/v1/quota", admin, fmt.Sprintf(`{"max_pending":%d}`, limit), nil); st != 200 {
+				t.Fatalf("put quota: %d", st)
+			}
+			_, err := producers[(i+1)%3].Enqueue(ctx(t), job("q", "t"))
+			if limit == 95 {
+				wantAPIError(t, err, api.CodeResourceExhausted, api.ReasonQueueFull, "")
+				continue
+			}
+			if err != nil {
+				t.Fatalf("enqueue right after raising the limit on another node: %v", err)
+			}
+			// Back to 95 pending for the next round.
+			jobs := claim(t, workers[i%3], 1, "q")
+			if err := workers[i%3].Ack(ctx(t), jobs[0].ID, jobs[0].Attempt, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// kill -9 of a node: its namespaces are served by the others once its
+// leases run out, the jobs it had claimed come back when their leases
+// expire, and no acknowledged enqueue is lost.
+func TestClusterSurvivesKill9(t *testing.T) {
+	eachSharedBackend(t, func(t *testing.T) {
+		c := startCluster(t, 3)
+		admin, prod, work := c.token("acme", "admin"), c.token("acme", "producer"), c.token("acme", "worker")
+		// Kill the namespace's owner.
+		var owner clusterStatus
+		c.do(c.members[0], "GET", "/v1/cluster?namespace=acme", clusterRoot, nil, &owner)
+		var victim *member
+		var survivors []*member
+		for _, m := range c.members {
+			if m.id == owner.Owner {
+				victim = m
+			} else {
+				survivors = append(survivors, m)
+			}
+		}
+		if victim == nil {
+			t.Fatalf("owner of acme: %+v", owner)
+		}
+		p := c.clients(prod, survivors...)[0]
+		w := c.clients(work, survivors...)[1]
+		// A call that went to the killed node just before it died is
+		// lost with it: fail it fast and retry.
+		p.Timeout = time.Second
+		var ids []string
+		for i := 0; i < 20; i++ {
+			r, err := p.Enqueue(ctx(t), job("q", "t"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, r.ID)
+		}
+		claimed, err := w.Claim(ctx(t), api.ClaimRequest{Queues: []string{"q"}, Max: 5, LeaseMS: 2000})
+		if err != nil || len(claimed) != 5 {
+			t.Fatalf("claim: %d %v", len(claimed), err)
+		}
+		victim.signal(syscall.SIGKILL)
+		killed := time.Now()
+		// Enqueues keep being acknowledged (retrying while the dead
+		// node's partitions move).
+		var gap time.Duration
+		for i := 0; i < 20; i++ {
+			// The same id on every retry: a try whose answer was lost
+			// may have landed (deduplicated then).
+			j := job("q", "t")
+			j.ID = fmt.Sprintf("after-kill-%d", i)
+			for {
+				r, err := p.Enqueue(context.Background(), j)
+				if err == nil {
+					ids = append(ids, r.ID)
+					break
+				}
+				if time.Since(killed) > 15*time.Second {
+					t.Fatalf("no enqueue 15 s after the kill: %v", err)
+				}
+				gap = time.Since(killed)
+				waitFor(20 * time.Millisecond)
+			}
+		}
+		t.Logf("kill -9 of the owner: enqueues refused for %v", gap)
+		c.settled(survivors...)
+		// The claimed jobs come back when their 2 s leases expire, and
+		// every acknowledged job is there to drain.
+		seen := map[string]bool{}
+		deadline := time.Now().Add(20 * time.Second)
+		missing := func() int {
+			n := 0
+			for _, id := range ids {
+				if !seen[id] {
+					n++
+				}
+			}
+			return n
+		}
+		for missing() > 0 && time.Now().Before(deadline) {
+			jobs, err := w.Claim(ctx(t), api.ClaimRequest{Queues: []string{"q"}, Max: 50, WaitMS: 500, LeaseMS: 30000})
+			if err != nil {
+				continue
+			}
+			for _, j := range jobs {
+				seen[j.ID] = true
+				if err := w.Ack(ctx(t), j.ID, j.Attempt, nil); err != nil {
+					t.Fatalf("ack: %v", err)
+				}
+			}
+		}
+		for _, id := range ids {
+			if !seen[id] {
+				t.Fatalf("acknowledged job %s never came back (%d of %d drained)", id, len(seen), len(ids))
+			}
+		}
+		if u := c.usage(survivors[0], admin); u.Usage.Running != 0 || u.Usage.Pending != 0 {
+			t.Fatalf("after draining: %+v", u.Usage)
+		}
+	})
+}
+
+// SIGTERM hands a node's namespaces over: producers and workers on the
+// other nodes see no failed call.
+func TestClusterGracefulLeave(t *testing.T) {
+	eachSharedBackend(t, func(t *testing.T) {
+		c := startCluster(t, 3)
+		prod := c.token("acme", "producer")
+		survivors := c.members[1:]
+		producers := c.clients(prod, survivors...)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var ok, failed atomic.Int64
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func(p *client.Client) {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if _, err := p.Enqueue(context.Background(), job("q", "t")); err != nil {
+						failed.Add(1)
+						t.Errorf("enqueue during the hand-over: %v", err)
+					} else {
+						ok.Add(1)
+					}
+				}
+			}(producers[i%2])
+		}
+		for ok.Load() < 200 {
+			waitFor(10 * time.Millisecond)
+		}
+		c.members[0].signal(syscall.SIGTERM)
+		c.settled(survivors...)
+		before := ok.Load()
+		for ok.Load() < before+200 {
+			waitFor(10 * time.Millisecond)
+		}
+		close(stop)
+		wg.Wait()
+		if failed.Load() != 0 {
+			t.Fatalf("%d calls failed during the hand-over (%d succeeded)", failed.Load(), ok.Load())
+		}
+	})
+}
+
+// One maintenance leader, named by GET /v1/cluster on every node, and a
+// new one within 5 s of its death.
+func TestClusterLeaderIsUniqueAndReelected(t *testing.T) {
+	eachSharedBackend(t, func(t *testing.T) {
+		c := startCluster(t, 3)
+		st := c.settled(c.members...)
+		var leader *member
+		for _, m := range c.members {
+			s, err := c.status(m)
+			if err != nil || s.Leader != st.Leader {
+				t.Fatalf("%s names leader %q, want %q (%v)", m.id, s.Leader, st.Leader, err)
+			}
+			if m.id == st.Leader {
+				leader = m
+			}
+		}
+		if leader == nil {
+			t.Fatalf("leader %q is not a member", st.Leader)
+		}
+		leader.signal(syscall.SIGKILL)
+		var rest []*member
+		for _, m := range c.members {
+			if m != leader {
+				rest = append(rest, m)
+			}
+		}
+		st2 := c.settled(rest...)
+		if st2.Leader == leader.id || st2.Leader == "" {
+			t.Fatalf("leader after the kill: %q", st2.Leader)
+		}
+	})
+}
+
+// A rolling restart (SIGTERM, start again, one node after the other)
+// under load loses no acknowledged enqueue.
+func TestClusterRollingRestartLosesNoAcknowledgedEnqueue(t *testing.T) {
+	eachSharedBackend(t, func(t *testing.T) {
+		c := startCluster(t, 3)
+		admin, prod := c.token("acme", "admin"), c.token("acme", "producer")
+		var urls []string
+		for _, m := range c.members {
+			urls = append(urls, m.natsURL())
+		}
+		p, err := client.Connect(strings.Join(urls, ","), prod, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		p.Timeout = 2 * time.Second
+		var (
+			acked sync.Map
+			n     atomic.Int64
+			stop  = make(chan struct{})
+			wg    sync.WaitGroup
+		)
+		for w := 0; w < 4; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					j := job("q", "t")
+					j.ID = fmt.Sprintf("w%d-%d", w, i)
+					for try := 0; ; try++ {
+						if _, err := p.Enqueue(context.Background(), j); err == nil {
+							acked.Store(j.ID, true)
+							n.Add(1)
+							waitFor(5 * time.Millisecond) // a steady load, not a flood to check one by one
+							break
+						}
+						if try > 100 {
+							t.Errorf("enqueue %s never answered", j.ID)
+							return
+						}
+						waitFor(20 * time.Millisecond)
+					}
+				}
+			}(w)
+		}
+		for _, m := range c.members {
+			before := n.Load()
+			m.signal(syscall.SIGTERM)
+			m.start()
+			c.settled(c.members...)
+			for n.Load() < before+50 {
+				waitFor(10 * time.Millisecond)
+			}
+		}
+		close(stop)
+		wg.Wait()
+		missing := 0
+		acked.Range(func(k, _ any) bool {
+			if st := c.do(c.members[0], "GET", "/v1/jobs/"+k.(string), admin, nil, nil); st != 200 {
+				missing++
+			}
+			return true
+		})
+		if missing > 0 {
+			t.Fatalf("%d of %d acknowledged enqueues are gone after the rolling restart", missing, n.Load())
+		}
+		t.Logf("%d acknowledged enqueues, all kept", n.Load())
+	})
+}
