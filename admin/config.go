@@ -294,9 +294,13 @@ func (s *Server) deleteItem(r *http.Request, p auth.Principal, kind, name, what 
 	return http.StatusOK, api.Empty{}, nil
 }
 
-// ParseCron validates a schedule: 5-field cron or a descriptor such as
-// "@every 30s" (the same parser the periodic firer uses).
+// ParseCron validates a schedule: at most api.MaxCronBytes of 5-field
+// cron or a descriptor such as "@every 30s" (the same parser the periodic
+// firer uses).
 func ParseCron(spec string) error {
+	if len(spec) > api.MaxCronBytes {
+		return api.InvalidArgument("cron: must be at most %d bytes, got %d", api.MaxCronBytes, len(spec))
+	}
 	if _, err := maintenance.ParseCron(spec); err != nil {
 		return api.InvalidArgument("cron: %v (want 5 fields such as \"*/5 * * * *\" or @every 30s)", err)
 	}

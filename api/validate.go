@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -24,7 +26,69 @@ const (
 	DefaultLeaseMS = 30000
 	// MaxClaim bounds the jobs one claim may take.
 	MaxClaim = 1000
+	// MaxCronBytes bounds a periodic job's schedule.
+	MaxCronBytes = 256
 )
+
+// Time bounds of SPEC §5 (variables only because a time.Time cannot be a
+// constant): the time a job runs at must lie within them. RFC 3339, and
+// encoding/json, which writes times with it, have four-digit years, so a
+// later time could not be read back as sent; the Unix epoch is as far
+// back as a job need be scheduled.
+var (
+	MinTime = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+	MaxTime = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+)
+
+// timeBounds is how a refusal states the bounds.
+var timeBounds = MinTime.Format(time.RFC3339) + " and " + MaxTime.Format(time.RFC3339)
+
+// TimeOutOfRange is the refusal of a time outside [MinTime, MaxTime]; got
+// is the time as the caller sent it.
+func TimeOutOfRange(field, got string) *Error {
+	return InvalidArgument("%s: must be between %s, got %s", field, timeBounds, got)
+}
+
+// inTimeRange reports whether t lies within [MinTime, MaxTime].
+func inTimeRange(t time.Time) bool { return !t.Before(MinTime) && !t.After(MaxTime) }
+
+// AddMillis is t plus ms milliseconds, exact for any ms: t.Add takes a
+// time.Duration, which holds only ±292 years of nanoseconds, and
+// ms*time.Millisecond overflows silently beyond that.
+func AddMillis(t time.Time, ms int64) time.Time {
+	// |ms/1000| < 9.3e15 s: for any t of the years 0-9999 (|Unix| <
+	// 2.6e11 s) neither sum comes near overflowing int64.
+	return time.Unix(t.Unix()+ms/1000, int64(t.Nanosecond())+(ms%1000)*int64(time.Millisecond)).In(t.Location())
+}
+
+// ResolveRunAt is when the job should run, seen at now: its run_at, else
+// now + delay_ms, else now + its debounce window, else now. A run_at, or a
+// delay or window that puts the time, outside [MinTime, MaxTime] is
+// INVALID_ARGUMENT naming the field (field prefixes it, e.g. "jobs[2]").
+// It is the one place those times are checked: delay_ms and window_ms need
+// the clock, which only the namespace actor holds.
+func (j *Job) ResolveRunAt(field string, now time.Time) (time.Time, error) {
+	// Every time the job gives is checked, including a debounce window that
+	// its own run_at or delay overrides: such a window is a mistake too.
+	if j.RunAt != nil && !inTimeRange(*j.RunAt) {
+		return time.Time{}, TimeOutOfRange(field+".run_at", j.RunAt.Format(time.RFC3339Nano))
+	}
+	if j.DelayMS != 0 && !inTimeRange(AddMillis(now, j.DelayMS)) {
+		return time.Time{}, InvalidArgument("%s.delay_ms: must put run_at between %s, got %d", field, timeBounds, j.DelayMS)
+	}
+	if d := j.Debounce; d != nil && !inTimeRange(AddMillis(now, d.WindowMS)) {
+		return time.Time{}, InvalidArgument("%s.debounce.window_ms: must put run_at between %s, got %d", field, timeBounds, d.WindowMS)
+	}
+	switch {
+	case j.RunAt != nil:
+		return j.RunAt.UTC(), nil
+	case j.DelayMS > 0:
+		return AddMillis(now, j.DelayMS), nil
+	case j.Debounce != nil:
+		return AddMillis(now, j.Debounce.WindowMS), nil
+	}
+	return now, nil
+}
 
 // ValidName reports whether s is a valid queue or task name: 1–128 bytes of
 // [A-Za-z0-9._:-].
@@ -135,10 +199,162 @@ func Decode(body []byte, v any) error {
 		return BadRequest("%s: must be %s, got %s", typ.Field, jsonKind(typ.Type), typ.Value)
 	case errors.As(err, &typ):
 		return BadRequest("request body must be %s, got %s", jsonKind(typ.Type), typ.Value)
+	case errors.As(err, &tm) && yearOutOfRange(tm.Value):
+		// RFC 3339 but for a year time.Time cannot parse (10000, -1): a
+		// time out of range, refused like one that parses (ResolveRunAt).
+		if field := fieldOf(body, v, tm.Value); field != "" {
+			return TimeOutOfRange(field, tm.Value)
+		}
+		return BadRequest("a time must be between %s, got %q", timeBounds, tm.Value)
 	case errors.As(err, &tm):
 		return BadRequest("a time must be RFC 3339, such as 2026-01-02T15:04:05Z, got %q", tm.Value)
 	}
 	return BadRequest("request body is not valid JSON for this call: %v", err)
+}
+
+// yearOutOfRange reports whether s is an RFC 3339 time but for its year,
+// which time.Parse takes only as four digits: a negative year, or one of
+// five digits or more, outside [MinTime, MaxTime].
+func yearOutOfRange(s string) bool {
+	i := 0
+	if strings.HasPrefix(s, "-") || strings.HasPrefix(s, "+") {
+		i = 1
+	}
+	j := i
+	for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+		j++
+	}
+	if j-i < 4 {
+		return false
+	}
+	if _, err := time.Parse(time.RFC3339Nano, "2000"+s[j:]); err != nil {
+		return false
+	}
+	if s[0] == '-' || j-i > 18 {
+		return true // negative, or far more than int64 years
+	}
+	year, err := strconv.ParseInt(s[i:j], 10, 64)
+	return err == nil && (year < int64(MinTime.Year()) || year > int64(MaxTime.Year()))
+}
+
+// fieldOf returns the path, such as jobs[0].run_at, of the first time
+// field of v (a pointer to the type body was decoded into) whose value in
+// the JSON text body is the string tv; "" if there is none. It serves
+// refusals only, off the hot path: encoding/json does not say which field
+// an UnmarshalJSON error came from. The walk follows v's type, so the same
+// text inside a payload is not taken for the field.
+func fieldOf(body []byte, v any, tv string) string {
+	type frame struct {
+		typ     reflect.Type // the container's Go type; nil: not followed
+		object  bool
+		key     string // object: the current member's name
+		wantKey bool   // object: the next string is a name
+		index   int    // array: the current element
+	}
+	var stack []*frame
+	// child is the Go type of the value about to be read.
+	child := func() reflect.Type {
+		if len(stack) == 0 {
+			return deref(reflect.TypeOf(v))
+		}
+		f := stack[len(stack)-1]
+		switch {
+		case f.typ == nil:
+			return nil
+		case f.object && f.typ.Kind() == reflect.Struct:
+			return deref(jsonField(f.typ, f.key))
+		case f.object && f.typ.Kind() == reflect.Map, !f.object && (f.typ.Kind() == reflect.Slice || f.typ.Kind() == reflect.Array):
+			return deref(f.typ.Elem())
+		}
+		return nil
+	}
+	next := func() { // the current value has been read
+		if len(stack) == 0 {
+			return
+		}
+		if f := stack[len(stack)-1]; f.object {
+			f.wantKey = true
+		} else {
+			f.index++
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			if t == '{' || t == '[' {
+				stack = append(stack, &frame{typ: child(), object: t == '{', wantKey: t == '{'})
+				continue
+			}
+			stack = stack[:len(stack)-1]
+			next()
+		case string:
+			if f := len(stack) - 1; f >= 0 && stack[f].object && stack[f].wantKey {
+				stack[f].key, stack[f].wantKey = t, false
+				continue
+			}
+			if t == tv && child() == reflect.TypeFor[time.Time]() {
+				var b strings.Builder
+				for _, f := range stack {
+					if f.object {
+						if b.Len() > 0 {
+							b.WriteByte('.')
+						}
+						b.WriteString(f.key)
+					} else {
+						fmt.Fprintf(&b, "[%d]", f.index)
+					}
+				}
+				return b.String()
+			}
+			next()
+		default:
+			next()
+		}
+	}
+}
+
+func deref(t reflect.Type) reflect.Type {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t
+}
+
+// jsonField is the type of struct t's field that encoding/json fills from
+// the member name (exact match first, then case-insensitive, as
+// encoding/json does); nil if none.
+func jsonField(t reflect.Type, name string) reflect.Type {
+	var fold reflect.Type
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if tag == "-" || (!f.IsExported() && !f.Anonymous) {
+			continue
+		}
+		if f.Anonymous && tag == "" {
+			if et := deref(f.Type); et.Kind() == reflect.Struct {
+				if ft := jsonField(et, name); ft != nil {
+					return ft
+				}
+			}
+			continue
+		}
+		if tag == "" {
+			tag = f.Name
+		}
+		if tag == name {
+			return f.Type
+		}
+		if fold == nil && strings.EqualFold(tag, name) {
+			fold = f.Type
+		}
+	}
+	return fold
 }
 
 // jsonKind says what JSON a Go type takes, for a refusal.

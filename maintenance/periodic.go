@@ -5,6 +5,7 @@
 package maintenance
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -47,10 +49,14 @@ func (nopObserver) Fired(string, string) {}
 // cronParser takes 5-field cron and descriptors such as "@every 30s".
 var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
-// ParseCron parses a schedule. An @every shorter than a second is refused:
-// the parser would quietly make -5s or 0s into 1s, a schedule that fires
-// every second, which nobody who wrote it meant.
+// ParseCron parses a schedule of at most api.MaxCronBytes. An @every
+// shorter than a second is refused: the parser would quietly make -5s or 0s
+// into 1s, a schedule that fires every second, which nobody who wrote it
+// meant.
 func ParseCron(spec string) (cron.Schedule, error) {
+	if len(spec) > api.MaxCronBytes {
+		return nil, fmt.Errorf("must be at most %d bytes, got %d", api.MaxCronBytes, len(spec))
+	}
 	if rest, ok := strings.CutPrefix(strings.TrimSpace(spec), "@every "); ok {
 		d, err := time.ParseDuration(strings.TrimSpace(rest))
 		if err != nil {
@@ -76,6 +82,27 @@ type Periodic struct {
 	sender Sender
 	obs    Observer
 	log    *slog.Logger
+	// parse is ParseCron; tests count its calls.
+	parse func(string) (cron.Schedule, error)
+
+	// mu guards cache: each definition's parsed schedule, kept while the
+	// stored definition stays the same. RunOnce runs every second for
+	// every schedule of every namespace; parsing them all each time, and
+	// logging a bad one each time, would cost more than firing them.
+	mu    sync.Mutex
+	cache map[defKey]*schedule
+}
+
+// defKey names a definition.
+type defKey struct{ ns, name string }
+
+// schedule is what RunOnce keeps of one stored definition.
+type schedule struct {
+	value  []byte       // the definition as stored
+	def    api.Periodic // decoded; zero when value is unreadable
+	parsed bool         // def.Cron was parsed: sched, or err
+	sched  cron.Schedule
+	err    error
 }
 
 // NewPeriodic returns the periodic firer.
@@ -86,7 +113,47 @@ func NewPeriodic(st Store, sender Sender, obs Observer, log *slog.Logger) *Perio
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Periodic{store: st, sender: sender, obs: obs, log: log}
+	return &Periodic{store: st, sender: sender, obs: obs, log: log, parse: ParseCron, cache: map[defKey]*schedule{}}
+}
+
+// schedule returns def's schedule, decoding and parsing it only when the
+// stored definition changed since the last tick, and the cron text only
+// when that changed. An unreadable definition or a bad schedule is logged
+// once per change, then skipped quietly on every tick until it changes.
+func (p *Periodic) schedule(def store.ConfigItem) *schedule {
+	k := defKey{def.Namespace, def.Name}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.cache[k]
+	if old != nil && bytes.Equal(old.value, def.Value) {
+		return old
+	}
+	sc := &schedule{value: bytes.Clone(def.Value)}
+	p.cache[k] = sc
+	if err := json.Unmarshal(def.Value, &sc.def); err != nil {
+		p.log.Warn("periodic job unreadable; skipped until it changes", "namespace", def.Namespace, "name", def.Name, "err", err)
+		return sc
+	}
+	if old != nil && old.parsed && old.def.Cron == sc.def.Cron {
+		sc.parsed, sc.sched, sc.err = true, old.sched, old.err
+		return sc
+	}
+	sc.parsed = true
+	if sc.sched, sc.err = p.parse(sc.def.Cron); sc.err != nil {
+		p.log.Warn("periodic job has a bad schedule; skipped until it changes", "namespace", def.Namespace, "name", def.Name, "err", sc.err)
+	}
+	return sc
+}
+
+// forget drops the schedules of definitions no longer stored.
+func (p *Periodic) forget(stored map[defKey]bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k := range p.cache {
+		if !stored[k] {
+			delete(p.cache, k)
+		}
+	}
 }
 
 // Fire is one fire RunOnce made.
@@ -113,18 +180,18 @@ func (p *Periodic) RunOnce(ctx context.Context, now time.Time) ([]Fire, error) {
 		ch   chan answer
 	}
 	var fires []pending
+	stored := make(map[defKey]bool, len(defs))
 	for _, def := range defs {
-		var pj api.Periodic
-		if err := json.Unmarshal(def.Value, &pj); err != nil {
-			p.log.Warn("periodic job unreadable; skipped", "namespace", def.Namespace, "name", def.Name, "err", err)
+		stored[defKey{def.Namespace, def.Name}] = true
+	}
+	p.forget(stored)
+	for _, def := range defs {
+		sc := p.schedule(def)
+		if sc.sched == nil {
 			continue
 		}
-		sched, err := ParseCron(pj.Cron)
-		if err != nil {
-			p.log.Warn("periodic job has a bad schedule; skipped", "namespace", def.Namespace, "name", def.Name, "err", err)
-			continue
-		}
-		tick, ok, err := p.claim(ctx, def, sched, now)
+		pj := sc.def
+		tick, ok, err := p.claim(ctx, def, sc.sched, now)
 		if err != nil {
 			return nil, err
 		}
