@@ -24,6 +24,7 @@ import (
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/auth"
 	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/cluster"
 	"github.com/flexiq/flexiq/store"
 )
 
@@ -63,6 +64,12 @@ type Authenticator interface {
 	Forget(tokenID string)
 }
 
+// ClusterView reports the cluster (node.Node).
+type ClusterView interface {
+	ClusterStatus() cluster.Status
+	OwnerOf(ns string) string
+}
+
 // Deps are the admin door's collaborators.
 type Deps struct {
 	Store     Store
@@ -73,6 +80,8 @@ type Deps struct {
 	Metrics   *Metrics
 	// Healthy reports whether the node reaches NATS (the store is pinged
 	// here).
+	// Cluster is the node's view of the cluster (GET /v1/cluster).
+	Cluster ClusterView
 	Healthy func() error
 	Now     func() time.Time
 	Log     *slog.Logger
@@ -106,19 +115,20 @@ type handler func(r *http.Request, p auth.Principal) (int, any, error)
 
 func (s *Server) routes() {
 	s.mux.HandleFunc("GET /healthz", s.healthz)
-	s.mux.Handle("GET /metrics", s.authed(auth.Produce|auth.Work|auth.Admin, func(w http.ResponseWriter, r *http.Request) {
+	// Root only: the metrics name every namespace.
+	s.mux.Handle("GET /metrics", s.authed(auth.Root, "reading metrics", func(w http.ResponseWriter, r *http.Request) {
 		promhttp.HandlerFor(s.d.Metrics.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 	}))
 
-	s.handle("GET /v1/quota", auth.Admin, "read the quota", s.getQuota)
-	s.handle("PUT /v1/quota", auth.Admin, "set the quota", s.putQuota)
-	s.handle("PATCH /v1/quota", auth.Admin, "change the quota", s.patchQuota)
-	s.handle("DELETE /v1/quota", auth.Admin, "clear the quota", s.deleteQuota)
-	s.handle("GET /v1/usage", auth.Admin, "read usage", s.getUsage)
+	s.act("GET /v1/quota", auth.ActReadQuota, s.getQuota)
+	s.act("PUT /v1/quota", auth.ActSetQuota, s.putQuota)
+	s.act("PATCH /v1/quota", auth.ActChangeQuota, s.patchQuota)
+	s.act("DELETE /v1/quota", auth.ActClearQuota, s.deleteQuota)
+	s.act("GET /v1/usage", auth.ActReadUsage, s.getUsage)
 
 	s.handle("GET /v1/jobs/{id}", auth.Admin, "read jobs", s.getJob)
-	s.handle("GET /v1/jobs", auth.Admin, "list jobs", s.listJobs)
-	s.handle("POST /v1/dead/replay", auth.Admin, "replay dead letters", s.replay)
+	s.act("GET /v1/jobs", auth.ActListJobs, s.listJobs)
+	s.act("POST /v1/dead/replay", auth.ActReplay, s.replay)
 
 	s.handle("GET /v1/settings", auth.Root, "the settings API", s.listSettings)
 	s.handle("GET /v1/settings/{key...}", auth.Root, "the settings API", s.getSetting)
@@ -129,6 +139,20 @@ func (s *Server) routes() {
 
 	s.handle("POST /v1/tokens", auth.Root, "creating tokens", s.createToken)
 	s.handle("DELETE /v1/tokens/{id}", auth.Root, "revoking tokens", s.revokeToken)
+
+	s.handle("GET /v1/cluster", auth.Root, "the cluster view", func(r *http.Request, _ auth.Principal) (int, any, error) {
+		if s.d.Cluster == nil {
+			return 0, nil, api.Errorf(api.CodeUnavailable, "", "no cluster view on this node")
+		}
+		st := s.d.Cluster.ClusterStatus()
+		if ns := r.URL.Query().Get("namespace"); ns != "" {
+			// Which node holds a namespace's actor: for operators
+			// chasing one tenant, and for tests that kill its owner.
+			st.Owner = s.d.Cluster.OwnerOf(ns)
+			st.Namespace = ns
+		}
+		return http.StatusOK, st, nil
+	})
 
 	s.handle("GET /v1/triggers", auth.Admin, "manage triggers", s.listTriggers)
 	s.handle("POST /v1/triggers", auth.Admin, "manage triggers", s.createTrigger)
@@ -148,6 +172,12 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Errorf(api.CodeNotFound, "", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
+}
+
+// act registers an endpoint that other surfaces offer too: it needs what
+// they need and is refused in their words.
+func (s *Server) act(pattern string, a auth.Action, h handler) {
+	s.handle(pattern, a.Perm, a.What, h)
 }
 
 // handle registers an endpoint that needs perm.
@@ -175,10 +205,16 @@ func (s *Server) handle(pattern string, perm auth.Permission, what string, h han
 	})
 }
 
-// authed wraps a plain handler with authentication only (any valid token).
-func (s *Server) authed(_ auth.Permission, h http.HandlerFunc) http.Handler {
+// authed wraps a plain handler (one that writes its own answer) with
+// authentication and the permission check of perm.
+func (s *Server) authed(perm auth.Permission, what string, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, aerr := s.d.Auth.Authenticate(r.Context(), r.Header.Get("Authorization")); aerr != nil {
+		p, aerr := s.d.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
+		if aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		if aerr := p.Check(perm, what); aerr != nil {
 			writeError(w, aerr)
 			return
 		}
@@ -186,18 +222,26 @@ func (s *Server) authed(_ auth.Permission, h http.HandlerFunc) http.Handler {
 	})
 }
 
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+// Health is nil when the node reaches its store and NATS: GET /healthz,
+// and the gRPC health service.
+func (s *Server) Health(ctx context.Context) *api.Error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := s.d.Store.Ping(ctx); err != nil {
-		writeError(w, api.Errorf(api.CodeUnavailable, "", "store unreachable: %v", err))
-		return
+		return api.Errorf(api.CodeUnavailable, "", "store unreachable: %v", err)
 	}
 	if s.d.Healthy != nil {
 		if err := s.d.Healthy(); err != nil {
-			writeError(w, api.Errorf(api.CodeUnavailable, "", "%v", err))
-			return
+			return api.Errorf(api.CodeUnavailable, "", "%v", err)
 		}
+	}
+	return nil
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	if e := s.Health(r.Context()); e != nil {
+		writeError(w, e)
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
@@ -219,8 +263,8 @@ func writeError(w http.ResponseWriter, e *api.Error) {
 // maxBody bounds a request body: a settings value or a batch of ids.
 const maxBody = 8 << 20
 
-// readJSON reads a body that must be JSON.
-func readJSON(r *http.Request) ([]byte, error) {
+// readBody reads a request body, bounded.
+func readBody(r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
 		return nil, api.BadRequest("cannot read the request body: %v", err)
@@ -228,11 +272,34 @@ func readJSON(r *http.Request) ([]byte, error) {
 	if len(body) > maxBody {
 		return nil, api.BadRequest("request body over %d bytes", maxBody)
 	}
+	return body, nil
+}
+
+// checkJSON refuses a body that is not JSON in the words api.Decode uses
+// for a NATS request body (SPEC §7: the same situation reads the same on
+// every surface).
+func checkJSON(body []byte) error {
 	if !json.Valid(body) {
-		return nil, api.BadRequest("request body is not valid JSON")
+		var v any
+		if err := api.Decode(body, &v); err != nil {
+			return err
+		}
+		return api.BadRequest("request body is not valid JSON")
 	}
 	if !utf8.Valid(body) {
-		return nil, api.BadRequest("request body is not valid JSON: it is not UTF-8")
+		return api.BadRequest("request body is not valid JSON: it is not UTF-8")
+	}
+	return nil
+}
+
+// readJSON reads a body that must be JSON.
+func readJSON(r *http.Request) ([]byte, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkJSON(body); err != nil {
+		return nil, err
 	}
 	return body, nil
 }

@@ -1,9 +1,11 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/flexiq/flexiq/actors"
 	"github.com/flexiq/flexiq/api"
@@ -37,11 +39,16 @@ type UsageReply struct {
 	Usage Usage `json:"usage"`
 }
 
+// The quota, usage and dead-letter operations below are the admin door's
+// and the gRPC Admin service's alike: each surface authenticates, checks
+// the same auth.Action and renders the result, and the rule lives here
+// once.
+
 // readQuota returns ns's stored document, its revision and whether it
 // decodes.
-func (s *Server) readQuota(r *http.Request, ns string) (QuotaReply, quota.Document, error) {
+func (s *Server) readQuota(ctx context.Context, ns string) (QuotaReply, quota.Document, error) {
 	out := QuotaReply{Namespace: ns, Quota: json.RawMessage("{}")}
-	set, err := s.d.Store.SettingGet(r.Context(), quota.Key(ns))
+	set, err := s.d.Store.SettingGet(ctx, quota.Key(ns))
 	if errors.Is(err, store.ErrNotFound) {
 		return out, quota.Document{}, nil
 	}
@@ -66,26 +73,39 @@ func (s *Server) readQuota(r *http.Request, ns string) (QuotaReply, quota.Docume
 	return out, doc, nil
 }
 
+// Quota is namespace ns's quota document and revision; a stored document
+// that cannot be read is reported in the reply's Error, not as a failure.
+func (s *Server) Quota(ctx context.Context, ns string) (QuotaReply, error) {
+	out, _, err := s.readQuota(ctx, ns)
+	return out, err
+}
+
 func (s *Server) getQuota(r *http.Request, p auth.Principal) (int, any, error) {
-	out, _, err := s.readQuota(r, p.Namespace)
+	out, err := s.Quota(r.Context(), p.Namespace)
 	return http.StatusOK, out, err
 }
 
+// Usage is namespace ns's quota with its counts beside it.
+func (s *Server) Usage(ctx context.Context, ns string) (UsageReply, error) {
+	q, _, err := s.readQuota(ctx, ns)
+	if err != nil {
+		return UsageReply{}, err
+	}
+	c, err := s.d.Store.JobCount(ctx, ns)
+	if err != nil {
+		return UsageReply{}, storeErr(err)
+	}
+	return UsageReply{QuotaReply: q, Usage: Usage{Pending: c.Pending, Running: c.Running, Archived: c.Completed, Dead: c.Dead}}, nil
+}
+
 func (s *Server) getUsage(r *http.Request, p auth.Principal) (int, any, error) {
-	q, _, err := s.readQuota(r, p.Namespace)
-	if err != nil {
-		return 0, nil, err
-	}
-	c, err := s.d.Store.JobCount(r.Context(), p.Namespace)
-	if err != nil {
-		return 0, nil, storeErr(err)
-	}
-	return http.StatusOK, UsageReply{QuotaReply: q, Usage: Usage{Pending: c.Pending, Running: c.Running, Archived: c.Completed, Dead: c.Dead}}, nil
+	out, err := s.Usage(r.Context(), p.Namespace)
+	return http.StatusOK, out, err
 }
 
 // writeQuota stores doc (nil clears) with its audit entry and tells every
 // node. ifRev makes it conditional.
-func (s *Server) writeQuota(r *http.Request, p auth.Principal, doc *quota.Document, ifRev *int64) (QuotaReply, error) {
+func (s *Server) writeQuota(ctx context.Context, p auth.Principal, doc *quota.Document, ifRev *int64) (QuotaReply, error) {
 	ns := p.Namespace
 	action := "quota.set"
 	var value []byte
@@ -95,7 +115,7 @@ func (s *Server) writeQuota(r *http.Request, p auth.Principal, doc *quota.Docume
 		action = "quota.clear"
 	}
 	now := s.d.Now()
-	set, err := s.d.Store.SettingPut(r.Context(), store.SettingPutParams{
+	set, err := s.d.Store.SettingPut(ctx, store.SettingPutParams{
 		Key: quota.Key(ns), Value: value, Now: now, IfRevision: ifRev,
 		Audit: &store.AuditRecord{Actor: p.TokenID, Action: action, TargetKind: "namespace", Target: ns, Namespace: ns},
 	})
@@ -114,58 +134,84 @@ func (s *Server) writeQuota(r *http.Request, p auth.Principal, doc *quota.Docume
 	return out, nil
 }
 
-func (s *Server) putQuota(r *http.Request, p auth.Principal) (int, any, error) {
-	body, err := readJSON(r)
-	if err != nil {
-		return 0, nil, err
+// SetQuota replaces p's namespace's document whole with body, the bare
+// document as JSON text.
+func (s *Server) SetQuota(ctx context.Context, p auth.Principal, body []byte) (QuotaReply, error) {
+	if err := checkJSON(body); err != nil {
+		return QuotaReply{}, err
 	}
 	doc, err := quota.Decode(body)
 	if err != nil {
-		return 0, nil, err
+		return QuotaReply{}, err
 	}
-	out, err := s.writeQuota(r, p, &doc, nil)
-	return http.StatusOK, out, storeErr(err)
+	out, err := s.writeQuota(ctx, p, &doc, nil)
+	return out, storeErr(err)
 }
 
-func (s *Server) patchQuota(r *http.Request, p auth.Principal) (int, any, error) {
-	patch, err := readJSON(r)
+func (s *Server) putQuota(r *http.Request, p auth.Principal) (int, any, error) {
+	body, err := readBody(r)
 	if err != nil {
 		return 0, nil, err
 	}
+	out, err := s.SetQuota(r.Context(), p, body)
+	return http.StatusOK, out, err
+}
+
+// PatchQuota applies patch, a JSON merge patch (RFC 7386) of the bare
+// document, to p's namespace's document.
+func (s *Server) PatchQuota(ctx context.Context, p auth.Principal, patch []byte) (QuotaReply, error) {
+	if err := checkJSON(patch); err != nil {
+		return QuotaReply{}, err
+	}
 	// Read, merge, write if nobody wrote in between; a race retries.
 	for attempt := 0; attempt < 10; attempt++ {
-		cur, doc, err := s.readQuota(r, p.Namespace)
+		cur, doc, err := s.readQuota(ctx, p.Namespace)
 		if err != nil {
-			return 0, nil, err
+			return QuotaReply{}, err
 		}
 		if cur.Error != nil {
-			return 0, nil, api.Errorf(api.CodeFailedPrecondition, api.ReasonQuotaUnreadable,
+			return QuotaReply{}, api.Errorf(api.CodeFailedPrecondition, api.ReasonQuotaUnreadable,
 				"the stored quota of namespace '%s' cannot be read, so it cannot be patched: replace it with PUT or clear it with DELETE", p.Namespace)
 		}
 		merged, err := doc.Merge(patch)
 		if err != nil {
-			return 0, nil, err
+			return QuotaReply{}, err
 		}
 		rev := cur.Revision
-		out, err := s.writeQuota(r, p, &merged, &rev)
+		out, err := s.writeQuota(ctx, p, &merged, &rev)
 		if errors.Is(err, store.ErrConflict) {
 			continue
 		}
-		return http.StatusOK, out, storeErr(err)
+		return out, storeErr(err)
 	}
-	return 0, nil, api.Errorf(api.CodeAborted, "", "the quota kept changing; try again")
+	return QuotaReply{}, api.Errorf(api.CodeAborted, "", "the quota kept changing; try again")
+}
+
+func (s *Server) patchQuota(r *http.Request, p auth.Principal) (int, any, error) {
+	patch, err := readBody(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	out, err := s.PatchQuota(r.Context(), p, patch)
+	return http.StatusOK, out, err
+}
+
+// ClearQuota makes everything unlimited in p's namespace.
+func (s *Server) ClearQuota(ctx context.Context, p auth.Principal) (QuotaReply, error) {
+	out, err := s.writeQuota(ctx, p, nil, nil)
+	return out, storeErr(err)
 }
 
 func (s *Server) deleteQuota(r *http.Request, p auth.Principal) (int, any, error) {
-	out, err := s.writeQuota(r, p, nil, nil)
-	return http.StatusOK, out, storeErr(err)
+	out, err := s.ClearQuota(r.Context(), p)
+	return http.StatusOK, out, err
 }
 
 // ---------------------------------------------------------------------------
 // Jobs and dead letters
 
-func (s *Server) jobView(r *http.Request, ns string, j *store.Job) api.Job {
-	snap := s.d.Cache.Get(r.Context(), ns, s.d.Now())
+func (s *Server) jobView(ctx context.Context, ns string, j *store.Job) api.Job {
+	snap := s.d.Cache.Get(ctx, ns, s.d.Now())
 	max := j.MaxAttempts
 	if max <= 0 {
 		max = api.DefaultMaxAttempts
@@ -185,7 +231,7 @@ func (s *Server) getJob(r *http.Request, p auth.Principal) (int, any, error) {
 	if err != nil {
 		return 0, nil, storeErr(err)
 	}
-	return http.StatusOK, s.jobView(r, p.Namespace, &j), nil
+	return http.StatusOK, s.jobView(r.Context(), p.Namespace, &j), nil
 }
 
 // JobsReply is a job listing.
@@ -193,37 +239,82 @@ type JobsReply struct {
 	Jobs []api.Job `json:"jobs"`
 }
 
-func (s *Server) listJobs(r *http.Request, p auth.Principal) (int, any, error) {
-	q := r.URL.Query()
-	params := store.JobListParams{Namespace: p.Namespace, Queue: q.Get("queue")}
-	switch st := api.Status(q.Get("status")); st {
+// JobFilter selects the jobs of a listing.
+type JobFilter struct {
+	Status api.Status // "" = any
+	Queue  string     // "" = any
+	Shed   *bool      // nil = shed or not
+	Limit  *int       // nil = DefaultJobLimit
+}
+
+// The bounds of a job listing.
+const (
+	DefaultJobLimit = 100
+	MaxJobLimit     = 10000
+)
+
+// Jobs lists namespace ns's jobs, newest first.
+func (s *Server) Jobs(ctx context.Context, ns string, f JobFilter) (JobsReply, error) {
+	params := store.JobListParams{Namespace: ns, Queue: f.Queue, Shed: f.Shed, Limit: DefaultJobLimit}
+	switch f.Status {
 	case "", api.StatusPending, api.StatusRunning, api.StatusCompleted, api.StatusDead:
-		params.Status = st
+		params.Status = f.Status
 	default:
-		return 0, nil, api.InvalidArgument("status: must be pending, running, completed or dead, got %q", st)
+		return JobsReply{}, api.InvalidArgument("status: must be pending, running, completed or dead, got %q", f.Status)
 	}
 	if params.Queue != "" {
 		if err := api.CheckName("queue", params.Queue); err != nil {
-			return 0, nil, err
+			return JobsReply{}, err
 		}
 	}
+	if f.Limit != nil {
+		if *f.Limit < 1 || *f.Limit > MaxJobLimit {
+			return JobsReply{}, limitErr(strconv.Itoa(*f.Limit))
+		}
+		params.Limit = *f.Limit
+	}
+	jobs, err := s.d.Store.JobList(ctx, params)
+	if err != nil {
+		return JobsReply{}, storeErr(err)
+	}
+	out := JobsReply{Jobs: make([]api.Job, len(jobs))}
+	for i := range jobs {
+		out.Jobs[i] = s.jobView(ctx, ns, &jobs[i])
+	}
+	return out, nil
+}
+
+// limitErr refuses a listing's limit, got as the caller wrote it.
+func limitErr(got string) error {
+	return api.InvalidArgument("limit: must be an integer 1-%d, got %q", MaxJobLimit, got)
+}
+
+func (s *Server) listJobs(r *http.Request, p auth.Principal) (int, any, error) {
+	q := r.URL.Query()
+	f := JobFilter{Status: api.Status(q.Get("status")), Queue: q.Get("queue")}
 	shed, err := queryBool(r, "shed")
 	if err != nil {
 		return 0, nil, err
 	}
-	params.Shed = shed
-	if params.Limit, err = queryInt(r, "limit", 100, 10000); err != nil {
-		return 0, nil, err
+	f.Shed = shed
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, nil, limitErr(v)
+		}
+		f.Limit = &n
 	}
-	jobs, err := s.d.Store.JobList(r.Context(), params)
-	if err != nil {
-		return 0, nil, storeErr(err)
+	out, err := s.Jobs(r.Context(), p.Namespace, f)
+	return http.StatusOK, out, err
+}
+
+// Replay sends dead letters of namespace ns back through admission; the
+// reply has the shape of an enqueue's.
+func (s *Server) Replay(ctx context.Context, ns string, req *api.ReplayRequest) (any, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
 	}
-	out := JobsReply{Jobs: make([]api.Job, len(jobs))}
-	for i := range jobs {
-		out.Jobs[i] = s.jobView(r, p.Namespace, &jobs[i])
-	}
-	return http.StatusOK, out, nil
+	return s.ask(ctx, ns, actors.OpReplay, req)
 }
 
 func (s *Server) replay(r *http.Request, p auth.Principal) (int, any, error) {
@@ -231,9 +322,6 @@ func (s *Server) replay(r *http.Request, p auth.Principal) (int, any, error) {
 	if err := decodeJSON(r, &req); err != nil {
 		return 0, nil, err
 	}
-	if err := req.Validate(); err != nil {
-		return 0, nil, err
-	}
-	body, err := s.ask(r.Context(), p.Namespace, actors.OpReplay, &req)
+	body, err := s.Replay(r.Context(), p.Namespace, &req)
 	return http.StatusOK, body, err
 }

@@ -33,7 +33,7 @@ var fqNode = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -48,13 +48,14 @@ type proc struct {
 	t                     *testing.T
 	bin, dir, storeURL    string
 	natsAddr, admin, root string
+	grpc                  string
 	cmd                   *exec.Cmd
 }
 
 func (p *proc) start() {
 	p.t.Helper()
 	p.cmd = exec.Command(p.bin, "--data-dir", p.dir, "--store", p.storeURL, "--nats-listen", p.natsAddr,
-		"--admin-addr", p.admin, "--root-token", p.root, "--node-id", "crash")
+		"--admin-addr", p.admin, "--grpc-addr", p.grpc, "--root-token", p.root, "--node-id", "crash")
 	p.cmd.Env = append(os.Environ(), "FLEXIQ_MAINTENANCE=off")
 	logf, err := os.OpenFile(filepath.Join(p.dir, "node.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -96,7 +97,7 @@ func TestCrashLosesNoAcknowledgedEnqueue(t *testing.T) {
 			t.Fatal(err)
 		}
 		dir := t.TempDir()
-		p := &proc{t: t, bin: bin, dir: dir, storeURL: storeURLFor(t, dir), natsAddr: freeAddr(t), admin: freeAddr(t), root: "fq_root_crash_test"}
+		p := &proc{t: t, bin: bin, dir: dir, storeURL: storeURLFor(t, dir), natsAddr: freeAddr(t), admin: freeAddr(t), grpc: freeAddr(t), root: "fq_root_crash_test"}
 		p.start()
 		defer p.kill()
 

@@ -39,6 +39,7 @@ func start(t testing.TB, opts ...option) *env {
 	cfg.Store = storeURLFor(t, dir)
 	cfg.NATSListen = "127.0.0.1:-1"
 	cfg.AdminAddr = "127.0.0.1:0"
+	cfg.GRPCAddr = "127.0.0.1:0"
 	cfg.NodeID = "test"
 	cfg.Maintenance = false
 	for _, o := range opts {
