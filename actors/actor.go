@@ -101,6 +101,10 @@ type Actor struct {
 	// transaction when the store can run one, else the store itself.
 	store Store
 	box   outbox
+	// fence is what this actor's writes carry on a clustered node: the
+	// lease of the namespace's partition at the epoch its counts were
+	// loaded under (nil on a single node).
+	fence *store.Fence
 }
 
 // stepper is a store that runs a whole step as one transaction
@@ -179,6 +183,21 @@ func (a *Actor) step(ctx context.Context, msgs []*Message, now time.Time) {
 		c.Touch(now)
 	}
 	c.SetSnapshot(a.deps.Snapshots.Get(ctx, a.ns, now))
+	if a.deps.Fences != nil {
+		// Counts loaded under another epoch are another owner's past:
+		// read them again. A node that no longer owns the namespace
+		// finishes what it holds under its old fence; the store refuses
+		// it if the namespace moved.
+		if f, ok := a.deps.Fences.Fence(a.ns); ok && (a.fence == nil || f.Epoch != a.fence.Epoch || f.Lease != a.fence.Lease) {
+			a.fence = f
+			c.Unload()
+		} else if !ok && a.fence == nil {
+			for _, m := range msgs {
+				m.respond(nil, Moved(a.ns))
+			}
+			return
+		}
+	}
 	if !c.Loaded() {
 		if err := a.load(ctx, now); err != nil {
 			a.log.Warn("cannot load namespace counts", "err", err)
@@ -199,7 +218,12 @@ func (a *Actor) step(ctx context.Context, msgs []*Message, now time.Time) {
 		case *api.AckRequest, *api.NackRequest, *api.HeartbeatRequest:
 			updates = append(updates, &UpdateCall{Msg: m})
 		case *api.EnqueueRequest:
-			enqueues = append(enqueues, c.NewEnqueueCall(m, body.Jobs, now))
+			call, err := c.NewEnqueueCall(m, body.Jobs, now)
+			if err != nil {
+				m.respond(nil, err)
+				continue
+			}
+			enqueues = append(enqueues, call)
 		case *api.EventRequest:
 			if call := c.EventCall(m, body, now); call != nil {
 				enqueues = append(enqueues, call)
@@ -315,6 +339,7 @@ func (a *Actor) updates(ctx context.Context, calls []*UpdateCall, now time.Time)
 		err     error
 	)
 	if len(p.Params.Updates) > 0 {
+		p.Params.Fence = a.fence
 		applied, err = a.store.JobUpdateMany(ctx, p.Params)
 		if err != nil {
 			a.log.Warn("update write failed", "err", err)
@@ -347,6 +372,7 @@ func (a *Actor) enqueues(ctx context.Context, calls []*EnqueueCall, now time.Tim
 		if len(p.Calls) == 0 {
 			continue
 		}
+		p.Params.Fence = a.fence
 		results, err := a.store.JobEnqueueMany(ctx, p.Params)
 		c.EnqueueDone(&p, results, err, now)
 		if err != nil {
@@ -418,6 +444,7 @@ func (a *Actor) claims(ctx context.Context, calls []*ClaimCall, now time.Time) {
 		err     error
 	)
 	if len(p.Calls) > 0 {
+		p.Params.Fence = a.fence
 		results, err = a.store.JobClaimMany(ctx, p.Params)
 		c.ClaimDone(&p, results, err)
 		if err != nil {

@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sort"
 	"time"
@@ -197,14 +199,21 @@ func (e *EnqueueCall) keyed() bool {
 
 // NewEnqueueCall turns a validated request into a call: ids generated where
 // the client gave none, run_at resolved from run_at, delay_ms or the
-// debounce window.
-func (c *Core) NewEnqueueCall(m *Message, jobs []api.Job, now time.Time) *EnqueueCall {
+// debounce window (api.Job.ResolveRunAt). A time out of SPEC §5's bounds
+// refuses the whole call, INVALID_ARGUMENT naming the field: the bounds of
+// delay_ms and window_ms depend on now, which only the actor knows, so
+// they are checked here rather than where the request is decoded.
+func (c *Core) NewEnqueueCall(m *Message, jobs []api.Job, now time.Time) (*EnqueueCall, *api.Error) {
 	call := &EnqueueCall{Msg: m, Jobs: make([]store.NewJob, len(jobs))}
 	for i := range jobs {
 		j := &jobs[i]
+		runAt, err := j.ResolveRunAt(fmt.Sprintf("jobs[%d]", i), now)
+		if err != nil {
+			return nil, api.FromError(err)
+		}
 		nj := store.NewJob{
 			ID: j.ID, Queue: j.Queue, Task: j.Task, Payload: j.Payload,
-			Priority: j.Priority, UniqueKey: j.UniqueKey, RunAt: now,
+			Priority: j.Priority, UniqueKey: j.UniqueKey, RunAt: runAt,
 		}
 		if nj.ID == "" {
 			nj.ID, nj.Generated = c.ids.New(now), true
@@ -217,20 +226,13 @@ func (c *Core) NewEnqueueCall(m *Message, jobs []api.Job, now time.Time) *Enqueu
 		}
 		if j.Debounce != nil {
 			nj.DebounceKey = j.Debounce.Key
-			nj.RunAt = now.Add(time.Duration(j.Debounce.WindowMS) * time.Millisecond)
-		}
-		switch {
-		case j.RunAt != nil:
-			nj.RunAt = j.RunAt.UTC()
-		case j.DelayMS > 0:
-			nj.RunAt = now.Add(time.Duration(j.DelayMS) * time.Millisecond)
 		}
 		call.Jobs[i] = nj
 	}
 	if len(jobs) > 0 {
 		call.Queue = jobs[0].Queue
 	}
-	return call
+	return call, nil
 }
 
 // EventCall builds the call an event makes: one job per matching trigger,
@@ -246,7 +248,9 @@ func (c *Core) EventCall(m *Message, ev *api.EventRequest, now time.Time) *Enque
 	if len(jobs) == 0 {
 		return nil
 	}
-	return c.NewEnqueueCall(m, jobs, now)
+	// Trigger templates carry no time, so nothing can be out of bounds.
+	call, _ := c.NewEnqueueCall(m, jobs, now)
+	return call
 }
 
 // Refusal is a call refused without a write.
@@ -785,10 +789,19 @@ func UnknownJob(id string) *api.Error {
 	return api.Errorf(api.CodeNotFound, api.ReasonUnknownJob, "job '%s' not found", id)
 }
 
+// Moved is the answer of an actor on a node that does not own its
+// namespace (a call that raced a move): retryable.
+func Moved(ns string) *api.Error {
+	return api.Errorf(api.CodeUnavailable, "", "namespace '%s' is moving between nodes; try again", ns)
+}
+
 // StoreError is what a caller sees when the store fails.
 func StoreError(err error) *api.Error {
 	if e, ok := api.AsError(err); ok {
 		return e
+	}
+	if errors.Is(err, store.ErrFenced) {
+		return api.Errorf(api.CodeUnavailable, "", "the namespace moved to another node; try again")
 	}
 	return api.Errorf(api.CodeUnavailable, "", "store unavailable, try again")
 }

@@ -3,6 +3,7 @@ package actors
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -36,7 +37,11 @@ func setQuota(t *testing.T, c *Core, doc string) {
 }
 
 func call(c *Core, jobs ...api.Job) *EnqueueCall {
-	return c.NewEnqueueCall(&Message{Op: OpEnqueue}, jobs, t0)
+	call, err := c.NewEnqueueCall(&Message{Op: OpEnqueue}, jobs, t0)
+	if err != nil {
+		panic(err)
+	}
+	return call
 }
 
 func plain() api.Job { return api.Job{Queue: "q", Task: "t"} }
@@ -313,4 +318,41 @@ func TestSnapshotChangeWakesParkedClaims(t *testing.T) {
 		t.Fatal("a waiter past its deadline was not expired")
 	}
 	_ = cachebust.Snapshot{}
+}
+
+// SPEC §5: a time out of bounds refuses the whole call naming the field,
+// and a long delay in bounds is resolved exactly (a time.Duration of
+// nanoseconds would overflow past 292 years).
+func TestNewEnqueueCallResolvesAndBoundsTimes(t *testing.T) {
+	c := newTestCore(t, `{}`)
+	year1 := time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		jobs []api.Job
+		want string
+	}{
+		{[]api.Job{plain(), {Queue: "q", Task: "t", RunAt: &year1}},
+			"jobs[1].run_at: must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z, got 0001-01-01T00:00:00Z"},
+		{[]api.Job{{Queue: "q", Task: "t", DelayMS: math.MaxInt64}},
+			"jobs[0].delay_ms: must put run_at between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z, got 9223372036854775807"},
+		{[]api.Job{plain(), plain(), {Queue: "q", Task: "t", Debounce: &api.Debounce{Key: "k", WindowMS: math.MaxInt64}}},
+			"jobs[2].debounce.window_ms: must put run_at between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z, got 9223372036854775807"},
+	} {
+		call, err := c.NewEnqueueCall(&Message{Op: OpEnqueue}, tc.jobs, t0)
+		if err == nil || err.Code != api.CodeInvalidArgument || err.Message != tc.want {
+			t.Errorf("NewEnqueueCall = %v, %v; want INVALID_ARGUMENT %q", call, err, tc.want)
+		}
+	}
+	const days = 1000 * 365
+	call, err := c.NewEnqueueCall(&Message{Op: OpEnqueue}, []api.Job{
+		{Queue: "q", Task: "t", DelayMS: days * 86_400_000},
+		{Queue: "q", Task: "t", Debounce: &api.Debounce{Key: "k", WindowMS: days * 86_400_000}},
+	}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, j := range call.Jobs {
+		if want := t0.AddDate(0, 0, days); !j.RunAt.Equal(want) {
+			t.Errorf("job %d: run_at %v, want %v", i, j.RunAt, want)
+		}
+	}
 }

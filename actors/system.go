@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/store"
 )
 
 // Deps are what actors need from the node.
@@ -28,9 +29,18 @@ type Deps struct {
 	// IdleAfter is how long an actor with nothing running and nothing
 	// waiting lives on without messages (default 1 minute).
 	IdleAfter time.Duration
+	// Fences, on a clustered node, gives the fence of a namespace's
+	// writes (cluster.Cluster); nil on a single node.
+	Fences Fences
 	// Seed seeds each actor's random source (ids, jitter) together with
 	// its namespace name.
 	Seed uint64
+}
+
+// Fences tells whether this node owns a namespace and the fence its
+// writes carry.
+type Fences interface {
+	Fence(ns string) (*store.Fence, bool)
 }
 
 // System runs a node's namespace actors.
@@ -47,6 +57,8 @@ type System struct {
 type running struct {
 	actor *Actor
 	quit  chan struct{}
+	// done is closed when the actor's goroutine has returned.
+	done chan struct{}
 }
 
 // NewSystem returns a system; actors run under ctx's values (not its
@@ -101,7 +113,7 @@ func (s *System) spawnLocked(ns string) *running {
 	}
 	rng := rand.New(rand.NewPCG(seed, uint64(time.Now().UnixNano())))
 	a := NewActor(ns, NewCore(ns, rng), &s.deps)
-	r := &running{actor: a, quit: make(chan struct{})}
+	r := &running{actor: a, quit: make(chan struct{}), done: make(chan struct{})}
 	s.actors[ns] = r
 	s.wg.Add(1)
 	go s.run(r)
@@ -111,6 +123,7 @@ func (s *System) spawnLocked(ns string) *running {
 // run is the actor's goroutine: wait for a message or a deadline, step.
 func (s *System) run(r *running) {
 	defer s.wg.Done()
+	defer close(r.done)
 	a := r.actor
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -142,6 +155,33 @@ func (s *System) run(r *running) {
 				a.Step(s.ctx, s.deps.Clock.Now())
 			}
 			a.stop()
+			return
+		}
+	}
+}
+
+// Evict stops the actors of the namespaces match selects (their
+// partitions moved away): each answers what it holds, as on Stop, and
+// leaves; a later message for the namespace spawns a fresh actor that
+// reads its counts from the store.
+//
+// It returns once they are gone (or ctx ends), so their partitions' leases
+// can be released with nothing of theirs still to write.
+func (s *System) Evict(ctx context.Context, match func(ns string) bool) {
+	s.mu.Lock()
+	var gone []chan struct{}
+	for ns, r := range s.actors {
+		if match(ns) {
+			delete(s.actors, ns)
+			close(r.quit)
+			gone = append(gone, r.done)
+		}
+	}
+	s.mu.Unlock()
+	for _, d := range gone {
+		select {
+		case <-d:
+		case <-ctx.Done():
 			return
 		}
 	}

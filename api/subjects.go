@@ -69,3 +69,18 @@ func InboxPrefix(token string) string {
 	h := sha256.Sum256([]byte(token))
 	return InboxPrefixBase + hex.EncodeToString(h[:8])
 }
+
+// SubjectForward is where a node takes the calls other nodes forward to it
+// (SPEC §10: the owner of a namespace serves it). The node id is hashed
+// into one subject token, so any id is safe in a subject.
+func SubjectForward(node string) string {
+	h := sha256.Sum256([]byte(node))
+	return "fq.internal.fwd." + hex.EncodeToString(h[:8])
+}
+
+// SubjectInternalOp is where a node takes the calls of other nodes' own
+// (admin replay, periodic fires, auto-retry) for the namespaces it owns.
+func SubjectInternalOp(node string) string {
+	h := sha256.Sum256([]byte(node))
+	return "fq.internal.op." + hex.EncodeToString(h[:8])
+}

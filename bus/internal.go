@@ -14,9 +14,10 @@ import (
 )
 
 // The node's own calls (the admin door's dead-letter replay, periodic
-// fires, the auto-retry sweep) reach a namespace's actor wherever it
-// lives: here, or on its owner over fq.internal.op.<node>. Only nodes may
-// publish below fq.internal (SPEC §7), so these carry no token.
+// fires, the auto-retry sweep, every gRPC call) reach a namespace's actor
+// wherever it lives: here, or on its owner over fq.internal.op.<node>.
+// They were authenticated where they entered; only nodes may publish
+// below fq.internal (SPEC §7), so these carry no token.
 
 // internalOp is a node's call forwarded to the owner of its namespace.
 type internalOp struct {
@@ -69,6 +70,10 @@ func (r *RoutedSender) Send(ns string, m *actors.Message) {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
+	if c, ok := m.Body.(*api.ClaimRequest); ok {
+		// A long poll answers after its wait.
+		timeout += time.Duration(c.WaitMS) * time.Millisecond
+	}
 	go func() {
 		msg, err := r.NC.Request(api.SubjectInternalOp(owner), data, timeout)
 		if err != nil {
@@ -97,30 +102,50 @@ func (r *RoutedSender) Send(ns string, m *actors.Message) {
 func decodeReply(op actors.Op, data []byte) (any, error) {
 	switch op {
 	case actors.OpEnqueue, actors.OpReplay, actors.OpEvent:
-		var r api.EnqueueReply
-		err := json.Unmarshal(data, &r)
-		return r, err
+		return decodeAs[api.EnqueueReply](data)
+	case actors.OpClaim:
+		return decodeAs[api.ClaimReply](data)
+	case actors.OpHeartbeat:
+		return decodeAs[api.HeartbeatReply](data)
+	case actors.OpAck:
+		return decodeAs[api.Empty](data)
+	case actors.OpNack:
+		return decodeAs[api.NackReply](data)
 	}
 	return nil, fmt.Errorf("op %s is not forwarded", op)
 }
 
-// decodeOp decodes a forwarded call's body.
+// decodeOp decodes a forwarded call's body into what the actor takes.
 func decodeOp(op actors.Op, data []byte) (any, error) {
 	switch op {
 	case actors.OpEnqueue:
-		var r api.EnqueueRequest
-		err := json.Unmarshal(data, &r)
-		return &r, err
+		return decodePtr[api.EnqueueRequest](data)
 	case actors.OpReplay:
-		var r api.ReplayRequest
-		err := json.Unmarshal(data, &r)
-		return &r, err
+		return decodePtr[api.ReplayRequest](data)
 	case actors.OpEvent:
-		var r api.EventRequest
-		err := json.Unmarshal(data, &r)
-		return &r, err
+		return decodePtr[api.EventRequest](data)
+	case actors.OpClaim:
+		return decodePtr[api.ClaimRequest](data)
+	case actors.OpHeartbeat:
+		return decodePtr[api.HeartbeatRequest](data)
+	case actors.OpAck:
+		return decodePtr[api.AckRequest](data)
+	case actors.OpNack:
+		return decodePtr[api.NackRequest](data)
 	}
 	return nil, fmt.Errorf("op %s is not forwarded", op)
+}
+
+func decodeAs[T any](data []byte) (any, error) {
+	var v T
+	err := json.Unmarshal(data, &v)
+	return v, err
+}
+
+func decodePtr[T any](data []byte) (any, error) {
+	v := new(T)
+	err := json.Unmarshal(data, v)
+	return v, err
 }
 
 // ServeInternalOps takes the calls other nodes route to this node's

@@ -39,15 +39,55 @@ type Service struct {
 	// the $SRV verbs): Stop waits until draining has removed them.
 	ownSubs  int
 	inflight atomic.Int64
+
+	// router, on a clustered node, says which node owns a namespace;
+	// calls for another node's namespace are forwarded there (nil: every
+	// namespace is this node's).
+	router Router
+	// interest, with an embedded server, tells whether anyone listens on
+	// a subject: a call is not forwarded to an owner that is gone (its
+	// server dropped its subscriptions), since the caller would then wait
+	// out its timeout; it waits for the placement to move instead.
+	interest func(subject string) bool
+	nodeID   string
+	fwd      *nats.Subscription
+	handles  map[string]func(in inbound)
+}
+
+// Router places namespaces on nodes (cluster.Cluster).
+type Router interface {
+	// Owner is the node that owns ns now; mine says it is this one.
+	// owner is "" while no node holds it.
+	Owner(ns string) (owner string, mine bool)
+	// Changed is closed at the next change of placement.
+	Changed() <-chan struct{}
+	// Kick asks for a placement round now.
+	Kick()
+}
+
+// inbound is a request as the service sees it: taken from a client through
+// micro, or forwarded by another node.
+type inbound struct {
+	subject string
+	data    []byte
+	header  nats.Header
+	reply   string
+	hops    int
+	// req is the micro request of a client's call (nil when forwarded):
+	// refusals go through it so micro's stats count them.
+	req micro.Request
 }
 
 // NewService adds the flexiq service to nc: every subject of SPEC §7 in
 // queue group "flexiq".
-func NewService(ctx context.Context, nc *nats.Conn, nodeID string, sender Sender, authn Authenticator, log *slog.Logger) (*Service, error) {
+//
+// router may be nil (a single node). On a clustered node the service also
+// takes calls other nodes forward to it (SubjectForward of nodeID).
+func NewService(ctx context.Context, nc *nats.Conn, nodeID string, sender Sender, authn Authenticator, router Router, log *slog.Logger) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{nc: nc, sender: sender, authn: authn, log: log, ctx: ctx}
+	s := &Service{nc: nc, sender: sender, authn: authn, log: log, ctx: ctx, router: router, nodeID: nodeID, handles: map[string]func(inbound){}}
 	before := nc.NumSubscriptions()
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        api.ServiceName,
@@ -62,24 +102,126 @@ func NewService(ctx context.Context, nc *nats.Conn, nodeID string, sender Sender
 	s.svc = svc
 	endpoints := []struct {
 		name, subject string
-		h             micro.HandlerFunc
+		h             func(inbound)
 	}{
-		{"enqueue", api.SubjectEnqueue, s.handle(actors.OpEnqueue, auth.Produce, "enqueue", func() validator { return &enqueueRequest{} })},
-		{"claim", api.SubjectClaim, s.handle(actors.OpClaim, auth.Work, "claim jobs", func() validator { return &claimRequest{} })},
-		{"heartbeat", api.SubjectHeartbeat, s.handle(actors.OpHeartbeat, auth.Work, "heartbeat", func() validator { return &heartbeatRequest{} })},
-		{"ack", api.SubjectAck, s.handle(actors.OpAck, auth.Work, "ack", func() validator { return &ackRequest{} })},
-		{"nack", api.SubjectNack, s.handle(actors.OpNack, auth.Work, "nack", func() validator { return &nackRequest{} })},
-		{"event", api.SubjectEvent, s.handle(actors.OpEvent, auth.Produce, "publish events", func() validator { return &eventRequest{} })},
-		{"dead_replay", api.SubjectDeadReplay, s.handle(actors.OpReplay, auth.Admin, "replay dead letters", func() validator { return &replayRequest{} })},
+		{"enqueue", api.SubjectEnqueue, s.handle(actors.OpEnqueue, auth.ActEnqueue, func() validator { return &enqueueRequest{} })},
+		{"claim", api.SubjectClaim, s.handle(actors.OpClaim, auth.ActClaim, func() validator { return &claimRequest{} })},
+		{"heartbeat", api.SubjectHeartbeat, s.handle(actors.OpHeartbeat, auth.ActHeartbeat, func() validator { return &heartbeatRequest{} })},
+		{"ack", api.SubjectAck, s.handle(actors.OpAck, auth.ActAck, func() validator { return &ackRequest{} })},
+		{"nack", api.SubjectNack, s.handle(actors.OpNack, auth.ActNack, func() validator { return &nackRequest{} })},
+		{"event", api.SubjectEvent, s.handle(actors.OpEvent, auth.ActEvent, func() validator { return &eventRequest{} })},
+		{"dead_replay", api.SubjectDeadReplay, s.handle(actors.OpReplay, auth.ActReplay, func() validator { return &replayRequest{} })},
 	}
 	for _, e := range endpoints {
-		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.subject)); err != nil {
+		h := e.h
+		s.handles[e.subject] = h
+		if err := svc.AddEndpoint(e.name, micro.HandlerFunc(func(req micro.Request) {
+			h(inbound{subject: req.Subject(), data: req.Data(), header: nats.Header(req.Headers()), reply: req.Reply(), req: req})
+		}), micro.WithEndpointSubject(e.subject)); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("add endpoint %s: %w", e.subject, err)
 		}
 	}
 	s.ownSubs = nc.NumSubscriptions() - before
+	if router != nil {
+		s.fwd, err = nc.Subscribe(api.SubjectForward(nodeID), s.forwarded)
+		if err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("subscribe to forwarded calls: %w", err)
+		}
+	}
 	return s, nil
+}
+
+// Forwarding headers: the subject the client called, and how many nodes
+// the call has crossed.
+const (
+	headerForwardSubject = "Fq-Subject"
+	headerForwardHops    = "Fq-Hops"
+	// maxHops bounds forwarding while nodes disagree on placement: a call
+	// then waits for the placement to settle instead.
+	maxHops = 2
+	// parkFor bounds how long a call waits for its namespace's owner
+	// (a move, a failover) before it is refused as UNAVAILABLE.
+	parkFor = 5 * time.Second
+)
+
+// SetInterest gives the service its embedded server's subscription
+// interest (server.Account.SubscriptionInterest).
+func (s *Service) SetInterest(f func(subject string) bool) { s.interest = f }
+
+// forwardable says a call can be forwarded to owner now.
+func (s *Service) forwardable(owner string) bool {
+	if owner == "" || owner == s.nodeID {
+		return false
+	}
+	return s.interest == nil || s.interest(api.SubjectForward(owner))
+}
+
+// forwarded takes a call another node forwarded here.
+func (s *Service) forwarded(m *nats.Msg) {
+	subject := m.Header.Get(headerForwardSubject)
+	h, ok := s.handles[subject]
+	if !ok {
+		s.log.Warn("forwarded call to an unknown subject dropped", "len", len(subject))
+		return
+	}
+	hops, _ := strconv.Atoi(m.Header.Get(headerForwardHops))
+	h(inbound{subject: subject, data: m.Data, header: m.Header, reply: m.Reply, hops: hops})
+}
+
+// route sends the call to the node that owns ns: here it returns true and
+// the caller hands it to the actor; elsewhere it is forwarded (the owner
+// answers the client directly) or, while no node holds ns or the nodes
+// disagree, it waits for the placement to settle.
+func (s *Service) route(in inbound, ns string, again func(inbound)) bool {
+	if s.router == nil {
+		return true
+	}
+	owner, mine := s.router.Owner(ns)
+	switch {
+	case mine:
+		return true
+	case s.forwardable(owner) && in.hops < maxHops:
+		msg := &nats.Msg{Subject: api.SubjectForward(owner), Reply: in.reply, Data: in.data, Header: nats.Header{}}
+		for k, v := range in.header {
+			msg.Header[k] = v
+		}
+		msg.Header.Set(headerForwardSubject, in.subject)
+		msg.Header.Set(headerForwardHops, strconv.Itoa(in.hops+1))
+		if err := s.nc.PublishMsg(msg); err != nil {
+			s.fail(in, api.Errorf(api.CodeUnavailable, "", "cannot forward to the node owning the namespace: %v", err))
+		}
+		return false
+	}
+	// This node should own ns and does not hold it yet, or no node does:
+	// wait for the next placement (a hand-over or a failover), then try
+	// again. The wait is off the handler's goroutine.
+	s.router.Kick()
+	s.inflight.Add(1)
+	go func() {
+		defer s.inflight.Add(-1)
+		deadline := time.NewTimer(parkFor)
+		defer deadline.Stop()
+		for {
+			changed := s.router.Changed()
+			if o, m := s.router.Owner(ns); m || s.forwardable(o) {
+				in.hops = 0
+				again(in)
+				return
+			}
+			select {
+			case <-changed:
+			case <-deadline.C:
+				s.fail(in, api.Errorf(api.CodeUnavailable, "", "no node holds namespace '%s' now; try again", ns))
+				return
+			case <-s.ctx.Done():
+				s.fail(in, actors.ErrStopping)
+				return
+			}
+		}
+	}()
+	return false
 }
 
 // validator is a request body that can check its own shape and says what
@@ -91,27 +233,31 @@ type validator interface {
 
 // handle builds an endpoint's handler. It never blocks on the namespace:
 // the actor answers later by publishing to the reply subject itself.
-func (s *Service) handle(op actors.Op, perm auth.Permission, what string, newBody func() validator) micro.HandlerFunc {
-	return func(req micro.Request) {
-		p, aerr := s.authn.Authenticate(s.ctx, req.Headers().Get(api.HeaderAuthorization))
+func (s *Service) handle(op actors.Op, act auth.Action, newBody func() validator) func(inbound) {
+	var h func(in inbound)
+	h = func(in inbound) {
+		p, aerr := s.authn.Authenticate(s.ctx, in.header.Get(api.HeaderAuthorization))
 		if aerr != nil {
-			s.fail(req, aerr)
+			s.fail(in, aerr)
 			return
 		}
-		if aerr := p.Check(perm, what); aerr != nil {
-			s.fail(req, aerr)
+		if aerr := p.Allow(act); aerr != nil {
+			s.fail(in, aerr)
+			return
+		}
+		if !s.route(in, p.Namespace, h) {
 			return
 		}
 		v := newBody()
-		if err := api.Decode(req.Data(), v); err != nil {
-			s.fail(req, api.FromError(err))
+		if err := api.Decode(in.data, v); err != nil {
+			s.fail(in, api.FromError(err))
 			return
 		}
 		if err := v.validate(); err != nil {
-			s.fail(req, api.FromError(err))
+			s.fail(in, api.FromError(err))
 			return
 		}
-		reply := req.Reply()
+		reply := in.reply
 		s.inflight.Add(1)
 		if sp, ok := v.(splitter); ok {
 			if parts := sp.parts(); parts != nil {
@@ -128,6 +274,7 @@ func (s *Service) handle(op actors.Op, perm auth.Permission, what string, newBod
 			},
 		})
 	}
+	return h
 }
 
 // splitter is a request that carries several independent requests (a
@@ -159,10 +306,15 @@ func (s *Service) sendParts(ns string, op actors.Op, reply string, sp splitter, 
 	}
 }
 
-// fail answers synchronously through micro, so its stats count the error.
-func (s *Service) fail(req micro.Request, e *api.Error) {
+// fail answers a refusal: through micro for a client's call, so its stats
+// count the error; by publishing for a forwarded one.
+func (s *Service) fail(in inbound, e *api.Error) {
+	if in.req == nil {
+		s.publishReply(in.reply, nil, e)
+		return
+	}
 	body, _ := api.Marshal(api.ErrorBody{Error: e})
-	if err := req.Error(strconv.Itoa(api.HTTPStatus(e.Code)), errorHeader(e), body); err != nil {
+	if err := in.req.Error(strconv.Itoa(api.HTTPStatus(e.Code)), errorHeader(e), body); err != nil {
 		s.log.Debug("cannot answer request", "err", err)
 	}
 }
@@ -221,6 +373,14 @@ func (s *Service) Stop(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// StopForwarding stops taking calls forwarded by other nodes. A node that
+// left the cluster calls it once the others have seen it go.
+func (s *Service) StopForwarding() {
+	if s.fwd != nil {
+		_ = s.fwd.Unsubscribe()
+	}
 }
 
 // Inflight reports requests handed to actors and not yet answered.

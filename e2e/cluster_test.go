@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,9 +18,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/client"
+	pb "github.com/flexiq/flexiq/grpcapi/flexiqv1"
 )
 
 // Many nodes (SPEC §10), tested as an operator runs them: separate fq-node
@@ -33,9 +37,10 @@ const (
 
 // member is one fq-node process of a test cluster.
 type member struct {
-	t                      *testing.T
+	t                      testing.TB
 	id, dir, store         string
 	natsAddr, route, admin string
+	grpc                   string
 	routes                 []string
 	cmd                    *exec.Cmd
 	maintenance            bool
@@ -50,7 +55,7 @@ func (m *member) start() {
 	}
 	args := []string{"--data-dir", m.dir, "--store", m.store, "--nats-listen", m.natsAddr, "--admin-addr", m.admin,
 		"--root-token", clusterRoot, "--cluster-secret", clusterSecret, "--node-id", m.id,
-		"--cluster-listen", m.route, "--routes", strings.Join(m.routes, ","), "--grpc-addr", ""}
+		"--cluster-listen", m.route, "--routes", strings.Join(m.routes, ","), "--grpc-addr", m.grpc}
 	m.cmd = exec.Command(bin, args...)
 	m.cmd.Env = append(os.Environ(), "FLEXIQ_MAINTENANCE="+map[bool]string{true: "on", false: "off"}[m.maintenance])
 	logf, err := os.OpenFile(filepath.Join(m.dir, "node.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
@@ -104,20 +109,20 @@ func (m *member) natsURL() string { return "nats://" + m.natsAddr }
 
 // testCluster is n nodes on one store.
 type testCluster struct {
-	t       *testing.T
+	t       testing.TB
 	members []*member
 }
 
 // startCluster runs n fq-node processes on the test's backend store,
 // joined by routes, and waits until they have placed every partition.
-func startCluster(t *testing.T, n int) *testCluster {
+func startCluster(t testing.TB, n int) *testCluster {
 	t.Helper()
 	storeURL := storeURLFor(t, t.TempDir())
 	c := &testCluster{t: t}
 	var routes []string
 	for i := 0; i < n; i++ {
 		m := &member{t: t, id: fmt.Sprintf("n%d", i+1), dir: t.TempDir(), store: storeURL,
-			natsAddr: freeAddr(t), route: freeAddr(t), admin: freeAddr(t), maintenance: true}
+			natsAddr: freeAddr(t), route: freeAddr(t), admin: freeAddr(t), grpc: freeAddr(t), maintenance: true}
 		routes = append(routes, "nats://"+m.route)
 		c.members = append(c.members, m)
 	}
@@ -612,5 +617,155 @@ func TestClusterRollingRestartLosesNoAcknowledgedEnqueue(t *testing.T) {
 			t.Fatalf("%d of %d acknowledged enqueues are gone after the rolling restart", missing, n.Load())
 		}
 		t.Logf("%d acknowledged enqueues, all kept", n.Load())
+	})
+}
+
+// ownerOf is the member holding ns's actor, and the others.
+func (c *testCluster) ownerOf(ns string, among []*member) (*member, []*member) {
+	c.t.Helper()
+	var st clusterStatus
+	c.do(among[0], "GET", "/v1/cluster?namespace="+ns, clusterRoot, nil, &st)
+	var owner *member
+	var rest []*member
+	for _, m := range among {
+		if m.id == st.Owner {
+			owner = m
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	if owner == nil {
+		c.t.Fatalf("owner of %s: %+v", ns, st)
+	}
+	return owner, rest
+}
+
+// BenchmarkClusterFailover kills (-9) the owner of a namespace under load,
+// five times, and reports how long enqueues through the other nodes were
+// refused: p50 and max, in seconds. The node is started again between
+// kills.
+//
+//	go test -run '^$' -bench ClusterFailover -benchtime 1x ./e2e
+func BenchmarkClusterFailover(b *testing.B) {
+	for _, backend := range []string{"postgres", "redis"} {
+		b.Run(backend, func(b *testing.B) {
+			c := startCluster(b, 3)
+			prod := c.token("acme", "producer")
+			var gaps []time.Duration
+			for kill := 0; kill < 5; kill++ {
+				victim, rest := c.ownerOf("acme", c.members)
+				p := c.clients(prod, rest[0])[0]
+				p.Timeout = 500 * time.Millisecond
+				if _, err := p.Enqueue(context.Background(), job("q", "t")); err != nil {
+					b.Fatal(err)
+				}
+				victim.signal(syscall.SIGKILL)
+				killed := time.Now()
+				for {
+					if _, err := p.Enqueue(context.Background(), job("q", "t")); err == nil {
+						break
+					}
+					if time.Since(killed) > 30*time.Second {
+						b.Fatal("no enqueue 30 s after the kill")
+					}
+				}
+				gaps = append(gaps, time.Since(killed))
+				victim.start()
+				c.settled(c.members...)
+			}
+			sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+			b.ReportMetric(gaps[len(gaps)/2].Seconds(), "p50-gap-s")
+			b.ReportMetric(gaps[len(gaps)-1].Seconds(), "max-gap-s")
+			b.Logf("gaps after kill -9 of the owner: %v", gaps)
+		})
+	}
+}
+
+// BenchmarkClusterThroughput measures single-job enqueue (32 producers)
+// and claim+ack (32 loops of max=1) on 1 and on 3 nodes of the same
+// store, the clients spread over the nodes: jobs/s of each.
+//
+//	go test -run '^$' -bench ClusterThroughput -benchtime 1x ./e2e
+func BenchmarkClusterThroughput(b *testing.B) {
+	const jobs = 20000
+	for _, backend := range []string{"postgres", "redis"} {
+		for _, nodes := range []int{1, 3} {
+			b.Run(fmt.Sprintf("%s/nodes=%d", backend, nodes), func(b *testing.B) {
+				c := startCluster(b, nodes)
+				prod, work := c.token("bench", "producer"), c.token("bench", "worker")
+				ps, ws := c.clients(prod, c.members...), c.clients(work, c.members...)
+				var left atomic.Int64
+				left.Store(jobs)
+				var wg sync.WaitGroup
+				t0 := time.Now()
+				for i := 0; i < 32; i++ {
+					wg.Add(1)
+					go func(p *client.Client) {
+						defer wg.Done()
+						for left.Add(-1) >= 0 {
+							if _, err := p.Enqueue(context.Background(), job("q", "t")); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}(ps[i%nodes])
+				}
+				wg.Wait()
+				enq := float64(jobs) / time.Since(t0).Seconds()
+				left.Store(jobs)
+				t0 = time.Now()
+				for i := 0; i < 32; i++ {
+					wg.Add(1)
+					go func(w *client.Client) {
+						defer wg.Done()
+						for left.Load() > 0 {
+							got, err := w.Claim(context.Background(), api.ClaimRequest{Queues: []string{"q"}, Max: 1, WaitMS: 100})
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							for _, j := range got {
+								if err := w.Ack(context.Background(), j.ID, j.Attempt, nil); err != nil {
+									b.Error(err)
+									return
+								}
+								left.Add(-1)
+							}
+						}
+					}(ws[i%nodes])
+				}
+				wg.Wait()
+				drain := float64(jobs) / time.Since(t0).Seconds()
+				b.ReportMetric(enq, "enqueue-jobs/s")
+				b.ReportMetric(drain, "claim+ack-jobs/s")
+			})
+		}
+	}
+}
+
+// gRPC calls through a node that does not own the namespace reach its
+// owner too: enqueue, claim, ack.
+func TestClusterGRPCThroughAnotherNode(t *testing.T) {
+	eachSharedBackend(t, func(t *testing.T) {
+		c := startCluster(t, 3)
+		prod, work := c.token("acme", "producer"), c.token("acme", "worker")
+		_, rest := c.ownerOf("acme", c.members)
+		conn, err := grpc.NewClient(rest[0].grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		p, w := pb.NewProducerClient(conn), pb.NewWorkerClient(conn)
+		if _, err := p.Enqueue(withToken(t, prod), &pb.EnqueueRequest{Job: &pb.Job{Queue: "q", Task: "t"}}); err != nil {
+			t.Fatalf("enqueue through %s: %v", rest[0].id, err)
+		}
+		got, err := w.Claim(withToken(t, work), &pb.ClaimRequest{Queues: []string{"q"}, Max: 1, WaitMs: 1000})
+		if err != nil || len(got.GetJobs()) != 1 {
+			t.Fatalf("claim through %s: %v %v", rest[0].id, got, err)
+		}
+		j := got.GetJobs()[0]
+		if _, err := w.Ack(withToken(t, work), &pb.AckRequest{Id: j.GetId(), Attempt: j.GetAttempt()}); err != nil {
+			t.Fatalf("ack through %s: %v", rest[0].id, err)
+		}
 	})
 }

@@ -8,6 +8,10 @@ import (
 
 	"github.com/flexiq/flexiq/auth"
 	"github.com/flexiq/flexiq/bus"
+	"github.com/flexiq/flexiq/cluster"
+	"github.com/flexiq/flexiq/retention"
+	"github.com/flexiq/flexiq/store"
+	"github.com/flexiq/flexiq/store/open"
 )
 
 // clusterSecret returns the cluster secret: given, read from
@@ -78,4 +82,115 @@ func (n *Node) sweepConnections(ctx context.Context, period time.Duration) {
 			}
 		}
 	}
+}
+
+// startCluster joins the cluster when the store can be shared: the node
+// takes part in placement and leadership (cluster.Cluster) before it
+// serves. On SQLite it is alone: every namespace is its own and it leads.
+func (n *Node) startCluster(ctx context.Context) error {
+	cs, ok := n.Store.(store.ClusterStore)
+	if !ok || open.IsSQLite(n.cfg.Store) {
+		return nil
+	}
+	n.cluster = cluster.New(cluster.Config{
+		Node: n.cfg.NodeID, Maintenance: n.cfg.Maintenance, Store: cs, Log: n.log,
+		Info: func() store.MemberInfo {
+			info := store.MemberInfo{}
+			if n.Actors != nil { // nil in the first round, run by Start
+				info.Owned = n.Actors.Len()
+			}
+			if u, ok := n.adminURL.Load().(string); ok {
+				info.Admin = u
+			}
+			return info
+		},
+		OnLost: func(leases []string) {
+			lost := map[int]bool{}
+			for _, l := range leases {
+				for p := 0; p < cluster.Partitions; p++ {
+					if cluster.LeaseName(p) == l {
+						lost[p] = true
+					}
+				}
+			}
+			evictCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			n.Actors.Evict(evictCtx, func(ns string) bool { return lost[cluster.PartitionOf(ns)] })
+		},
+	})
+	// The first round places this node before it takes calls; runCluster
+	// starts the loop once the actors exist.
+	n.cluster.Tick(ctx)
+	return nil
+}
+
+func (n *Node) runCluster() {
+	if n.cluster == nil {
+		return
+	}
+	n.clusterBG.Add(1)
+	go func() {
+		defer n.clusterBG.Done()
+		n.cluster.Run(n.clusterCtx)
+	}()
+}
+
+// leaveCluster hands this node's namespaces over (SPEC §10 "Graceful
+// leave"): it stops acting for them, lets its actors answer what they
+// hold, releases its leases, and keeps taking forwarded calls (passing
+// them on) until the others have seen it go.
+func (n *Node) leaveCluster(ctx context.Context) error {
+	err := n.cluster.Leave(ctx, func(ctx context.Context) {
+		if err := n.Actors.Stop(ctx); err != nil {
+			n.log.Warn("actors did not stop in time", "err", err)
+		}
+	})
+	n.clusterCancel()
+	n.clusterBG.Wait()
+	// Nodes that have not ticked since still forward here: pass those
+	// calls on for a few of their ticks.
+	t := time.NewTimer(3 * clusterTick)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return err
+}
+
+// clusterTick is how often a node heartbeats and renews its leases.
+const clusterTick = 250 * time.Millisecond
+
+// Cluster is the node's cluster view (nil on a single node).
+func (n *Node) Cluster() *cluster.Cluster { return n.cluster }
+
+// ClusterStatus is what GET /v1/cluster shows.
+func (n *Node) ClusterStatus() cluster.Status {
+	if n.cluster != nil {
+		return n.cluster.Status()
+	}
+	st := cluster.Status{Node: n.cfg.NodeID, Members: []cluster.MemberStatus{{
+		ID: n.cfg.NodeID, Ready: true, Owned: n.Actors.Len(), Maintenance: n.cfg.Maintenance, Partitions: cluster.Partitions,
+	}}}
+	if n.cfg.Maintenance {
+		st.Leader = n.cfg.NodeID
+	}
+	return st
+}
+
+// OwnerOf is the node holding ns's actor, as this node sees it.
+func (n *Node) OwnerOf(ns string) string {
+	if n.cluster == nil {
+		return n.cfg.NodeID
+	}
+	owner, _ := n.cluster.Owner(ns)
+	return owner
+}
+
+// leader says whether this node leads maintenance now.
+func (n *Node) leader() retention.Leader {
+	if n.cluster != nil {
+		return n.cluster
+	}
+	return retention.AlwaysLeader{}
 }

@@ -14,15 +14,17 @@ const sweepEvery = time.Second
 
 // startMaintenance starts this node's maintenance: the retention leader,
 // periodic fires and the dead-letter auto-retry sweep. On one node the node
-// is always the leader; a cluster will elect one behind the same interface.
+// is always the leader; in a cluster the holder of the maintenance lease
+// is (cluster.Cluster), and calls for namespaces owned elsewhere go to
+// their owners (bus.RoutedSender).
 func (n *Node) startMaintenance(ctx context.Context) {
-	leader := retention.AlwaysLeader{}
+	leader := n.leader()
 	n.Cleaner = retention.New(retention.Config{
 		ArchiveTTL: n.cfg.ArchiveTTL, DeadTTL: n.cfg.DeadTTL,
 		Interval: n.cfg.CleanupInterval, Batch: n.cfg.CleanupBatch,
 	}, n.Store, leader, n.Metrics, n.log, time.Now)
-	periodic := maintenance.NewPeriodic(n.Store, n.Actors, n.Metrics, n.log)
-	retry := maintenance.NewAutoRetry(n.Store, n.Actors, n.log)
+	periodic := maintenance.NewPeriodic(n.Store, n.sender, n.Metrics, n.log)
+	retry := maintenance.NewAutoRetry(n.Store, n.sender, n.log)
 	n.bg.Add(3)
 	go func() {
 		defer n.bg.Done()

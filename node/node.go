@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -27,6 +28,8 @@ import (
 	"github.com/flexiq/flexiq/auth"
 	"github.com/flexiq/flexiq/bus"
 	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/cluster"
+	"github.com/flexiq/flexiq/grpcapi"
 	"github.com/flexiq/flexiq/internal/redact"
 	"github.com/flexiq/flexiq/retention"
 	"github.com/flexiq/flexiq/store"
@@ -40,7 +43,9 @@ type Config struct {
 	NATSURL    string // empty = run an embedded server
 	NATSListen string
 	AdminAddr  string
-	NodeID     string
+	// GRPCAddr is the gRPC surface's address; empty disables it.
+	GRPCAddr string
+	NodeID   string
 	// Maintenance runs retention and sweeps on this node.
 	Maintenance     bool
 	ArchiveTTL      time.Duration
@@ -76,6 +81,7 @@ func Defaults() Config {
 		DataDir:         "./flexiq-data",
 		NATSListen:      "127.0.0.1:4222",
 		AdminAddr:       "127.0.0.1:7070",
+		GRPCAddr:        "127.0.0.1:7071",
 		Maintenance:     true,
 		ClusterName:     "flexiq",
 		ArchiveTTL:      168 * time.Hour,
@@ -99,17 +105,27 @@ type Node struct {
 	subs    *bus.Subscriptions
 	Metrics *admin.Metrics
 	// Cleaner is the retention sweep (nil when maintenance is off).
-	Cleaner   *retention.Cleaner
-	httpSrv   *http.Server
-	httpLn    net.Listener
-	natsURL   string
-	natsAuth  *bus.ClientAuth
-	callout   *bus.Callout
-	sysNC     *nats.Conn
-	authn     *auth.Authenticator
-	secret    string
-	rootToken string
-	tokenFile string
+	Cleaner  *retention.Cleaner
+	httpSrv  *http.Server
+	httpLn   net.Listener
+	grpcSrv  *grpcapi.Server
+	grpcLn   net.Listener
+	natsURL  string
+	natsAuth *bus.ClientAuth
+	callout  *bus.Callout
+	cluster  *cluster.Cluster
+	// clusterCtx ends the cluster loop, after the node left.
+	clusterCtx    context.Context
+	clusterCancel context.CancelFunc
+	clusterBG     sync.WaitGroup
+	sender        *bus.RoutedSender
+	adminURL      atomic.Value // string, once the admin door listens
+	internal      *nats.Subscription
+	sysNC         *nats.Conn
+	authn         *auth.Authenticator
+	secret        string
+	rootToken     string
+	tokenFile     string
 
 	cancel   context.CancelFunc
 	bg       sync.WaitGroup
@@ -198,40 +214,60 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.Cache = cachebust.New(n.Store, cfg.QuotaCacheTTL, n.log)
 	runCtx, runCancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.cancel = runCancel
-	n.Actors = actors.NewSystem(runCtx, actors.Deps{
+	n.clusterCtx, n.clusterCancel = context.WithCancel(context.WithoutCancel(ctx))
+	deps := actors.Deps{
 		Store: n.Store, Snapshots: n.Cache, Log: n.log, Observer: n.Metrics, IdleAfter: cfg.IdleAfter,
-	})
+	}
+	if err := n.startCluster(ctx); err != nil {
+		return n, err
+	}
+	var router bus.Router
+	if n.cluster != nil {
+		deps.Fences, router = n.cluster, n.cluster
+	}
+	n.Actors = actors.NewSystem(runCtx, deps)
+	n.runCluster()
+	n.sender = &bus.RoutedSender{NC: n.nc, Local: n.Actors, Router: router, Log: n.log}
+	if router != nil {
+		if n.internal, err = bus.ServeInternalOps(n.nc, cfg.NodeID, n.Actors, n.Cache, n.log); err != nil {
+			return n, err
+		}
+	}
 	// Broadcast listeners first: the service's drain on stop counts only
 	// its own subscriptions.
 	n.subs, err = bus.SubscribeBroadcasts(n.nc, n.Cache, tokenForgetter{n}, n.Metrics.Propagation, n.log)
 	if err != nil {
 		return n, err
 	}
-	n.service, err = bus.NewService(runCtx, n.nc, cfg.NodeID, n.Actors, authn, n.log)
+	n.service, err = bus.NewService(runCtx, n.nc, cfg.NodeID, n.Actors, authn, router, n.log)
 	if err != nil {
 		return n, err
+	}
+	if n.server != nil {
+		n.service.SetInterest(n.server.GlobalAccount().SubscriptionInterest)
 	}
 	if err := n.nc.Flush(); err != nil {
 		return n, fmt.Errorf("nats: %w", err)
 	}
 
-	n.httpLn, err = net.Listen("tcp", cfg.AdminAddr)
+	// The admin door's bounds (SPEC §8): at most admin.DefaultMaxConns
+	// connections, /healthz answering past them; requests cut after 10 s,
+	// idle connections after 60 s.
+	n.httpLn, err = admin.Listen(cfg.AdminAddr, admin.DefaultMaxConns)
 	if err != nil {
 		return n, fmt.Errorf("admin door on %s: %w", cfg.AdminAddr, err)
 	}
-	n.httpSrv = &http.Server{
-		Handler: admin.New(admin.Deps{
-			Store: n.Store, Auth: authn, Cache: n.Cache, Publisher: bus.Publisher{NC: n.nc},
-			Actors: n.Actors, Metrics: n.Metrics, Log: n.log,
-			Healthy: func() error {
-				if !n.nc.IsConnected() {
-					return errors.New("not connected to NATS")
-				}
-				return nil
-			},
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
+	adminDoor := admin.New(admin.Deps{
+		Store: n.Store, Auth: authn, Cache: n.Cache, Publisher: bus.SyncPublisher{Publisher: bus.Publisher{NC: n.nc}, Router: router, Log: n.log},
+		Actors: n.sender, Metrics: n.Metrics, Log: n.log, Cluster: n,
+		Healthy: func() error {
+			if !n.nc.IsConnected() {
+				return errors.New("not connected to NATS")
+			}
+			return nil
+		},
+	})
+	n.httpSrv = admin.NewServer(adminDoor, n.log, admin.Bounds{})
 	n.bg.Add(1)
 	go func() {
 		defer n.bg.Done()
@@ -239,6 +275,26 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 			n.log.Error("admin door stopped", "err", err)
 		}
 	}()
+	n.adminURL.Store(n.AdminURL())
+
+	if cfg.GRPCAddr != "" {
+		// The gRPC surface: the bus's authenticator, the admin door's
+		// sender to the actors, and the admin door itself for its Admin
+		// calls. Serve returns once a stop has answered every call in
+		// flight, which the actors do when they stop: n.bg waits for it.
+		n.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr)
+		if err != nil {
+			return n, fmt.Errorf("grpc on %s: %w", cfg.GRPCAddr, err)
+		}
+		n.grpcSrv = grpcapi.New(grpcapi.Deps{Auth: authn, Actors: n.sender, Admin: adminDoor, Log: n.log})
+		n.bg.Add(1)
+		go func() {
+			defer n.bg.Done()
+			if err := n.grpcSrv.Serve(n.grpcLn); err != nil {
+				n.log.Error("grpc stopped", "err", err)
+			}
+		}()
+	}
 
 	if n.natsAuth != nil || n.callout != nil {
 		n.bg.Add(1)
@@ -258,6 +314,14 @@ func (n *Node) ID() string { return n.cfg.NodeID }
 
 // AdminURL is the admin door's base URL.
 func (n *Node) AdminURL() string { return "http://" + n.httpLn.Addr().String() }
+
+// GRPCAddr is the gRPC surface's address ("" when disabled).
+func (n *Node) GRPCAddr() string {
+	if n.grpcLn == nil {
+		return ""
+	}
+	return n.grpcLn.Addr().String()
+}
 
 // NATSURL is the URL clients use.
 func (n *Node) NATSURL() string { return n.natsURL }
@@ -283,6 +347,11 @@ func (n *Node) Stop(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("admin door: %w", err))
 			}
 		}
+		if n.grpcSrv != nil {
+			// Stops taking calls; those in flight are answered by the
+			// time n.bg is done (below, after the actors stopped).
+			n.grpcSrv.Stop(ctx)
+		}
 		if n.service != nil {
 			if err := n.service.Stop(ctx); err != nil {
 				errs = append(errs, err)
@@ -291,10 +360,23 @@ func (n *Node) Stop(ctx context.Context) error {
 		if n.cancel != nil {
 			n.cancel() // maintenance loops
 		}
+		if n.cluster != nil {
+			if err := n.leaveCluster(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("leave the cluster: %w", err))
+			}
+		} else if n.clusterCancel != nil {
+			n.clusterCancel()
+		}
 		if n.Actors != nil {
 			if err := n.Actors.Stop(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("actors: %w", err))
 			}
+		}
+		if n.service != nil {
+			n.service.StopForwarding()
+		}
+		if n.internal != nil {
+			_ = n.internal.Unsubscribe()
 		}
 		n.bg.Wait()
 		if n.subs != nil {

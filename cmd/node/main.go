@@ -67,6 +67,7 @@ func realMain(args []string, getenv func(string) string, stdout, stderr io.Write
 	fmt.Fprintf(stdout, "  store:      %s\n", storeLabel(cfg))
 	fmt.Fprintf(stdout, "  nats:       %s%s\n", redact.URL(n.NATSURL()), map[bool]string{true: " (embedded, authenticated)", false: ""}[cfg.NATSURL == ""])
 	fmt.Fprintf(stdout, "  admin door: %s\n", n.AdminURL())
+	fmt.Fprintf(stdout, "  grpc:       %s\n", map[bool]string{true: "off (--grpc-addr empty)", false: n.GRPCAddr()}[n.GRPCAddr() == ""])
 	if f := n.TokenFile(); f != "" {
 		fmt.Fprintf(stdout, "  root token: written to %s\n", f)
 	} else {
@@ -103,9 +104,9 @@ func realMain(args []string, getenv func(string) string, stdout, stderr io.Write
 }
 
 // printNATSConfig prints the configuration of an external NATS server for
-// this cluster secret (fq-node nats-config): see README "An external NATS
-// server". The secret itself is not printed: the server reads it from its
-// environment.
+// this cluster secret (fq-node nats-config): see docs/security.md "An
+// external NATS server". The secret itself is not printed: the server
+// reads it from its environment.
 func printNATSConfig(cfg node.Config, stdout, stderr io.Writer) int {
 	secret, err := node.ClusterSecretOf(cfg)
 	if err != nil {
@@ -153,6 +154,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		{"nats-url", "FLEXIQ_NATS_URL", "external NATS URL (empty: run an embedded server)", &cfg.NATSURL},
 		{"nats-listen", "FLEXIQ_NATS_LISTEN", "embedded NATS server address", &cfg.NATSListen},
 		{"admin-addr", "FLEXIQ_ADMIN_ADDR", "admin door (HTTP) address", &cfg.AdminAddr},
+		{"grpc-addr", "FLEXIQ_GRPC_ADDR", "gRPC address (empty disables)", &cfg.GRPCAddr},
 		{"node-id", "FLEXIQ_NODE_ID", "node id (default hostname + random suffix)", &cfg.NodeID},
 		{"root-token", "FLEXIQ_ROOT_TOKEN", "root token (default: generated into <data-dir>/root.token)", &cfg.RootToken},
 		{"cluster-listen", "FLEXIQ_CLUSTER_LISTEN", "embedded NATS server's route listener, e.g. 127.0.0.1:6222 (empty: no cluster)", &cfg.ClusterListen},

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/flexiq/flexiq/api"
 )
@@ -410,4 +411,49 @@ func (a *app) tokenRevoke(cmd *command, args []string) error {
 	}
 	fmt.Fprintf(a.stdout, "revoked token %s\n", pos[0])
 	return nil
+}
+
+func (a *app) clusterStatus(cmd *command, args []string) error {
+	f := a.newFlags(cmd)
+	asJSON := f.Bool("json", "print GET /v1/cluster as it is")
+	pos, err := f.parse(args, true)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef(cmd, "fq cluster status: unexpected argument %q", pos[0])
+	}
+	var out struct {
+		Node    string `json:"node"`
+		Leader  string `json:"leader"`
+		Members []struct {
+			ID          string `json:"id"`
+			Ready       bool   `json:"ready"`
+			Owned       int    `json:"owned"`
+			Maintenance bool   `json:"maintenance"`
+			Partitions  int    `json:"partitions"`
+		} `json:"members"`
+	}
+	data, err := a.admin("GET", "/v1/cluster", nil, &out)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		a.printRaw(data)
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "node:   %s\nleader: %s\n", out.Node, orDash(out.Leader))
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEMBER\tREADY\tPARTITIONS\tNAMESPACES\tMAINTENANCE")
+	for _, m := range out.Members {
+		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%v\n", m.ID, m.Ready, m.Partitions, m.Owned, m.Maintenance)
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
