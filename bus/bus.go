@@ -232,7 +232,6 @@ func Connect(o ConnectOptions) (*nats.Conn, error) {
 	return nc, nil
 }
 
-
 // OtherNode asks the bus whether a flexiq service other than this node's
 // already serves on it ($SRV.PING.flexiq) and returns its node id, or "".
 // No responder answers at once; a bus where a node answers slowly is

@@ -79,4 +79,3 @@ func TestRedactErrorHidesTheSecretsAndKeepsTheCause(t *testing.T) {
 		t.Error("an error with nothing to hide was wrapped")
 	}
 }
-
