@@ -59,7 +59,7 @@ func NewMetrics() *Metrics {
 			delay: prometheus.NewHistogram(prometheus.HistogramOpts{
 				Name:    "flexiq_quota_propagation_seconds",
 				Help:    "Delay from a quota write's broadcast (sender's clock) to its arrival (this node's clock); only delays from 0 to the cache TTL are recorded.",
-				Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+				Buckets: []float64{.00025, .0005, .00075, .001, .0015, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 			}),
 			skipped: prometheus.NewCounter(prometheus.CounterOpts{
 				Name: "flexiq_quota_propagation_skipped_total",
