@@ -1,7 +1,7 @@
 // Command fq-node runs a FlexiQ node. With no flags it is a whole
 // single-node system: an embedded NATS server on 127.0.0.1:4222, a SQLite
 // store under ./flexiq-data, the admin door on 127.0.0.1:7070, maintenance
-// on. Every flag has an environment twin (SPEC §1).
+// on. Every flag has an environment twin (docs/configuration.md).
 package main
 
 import (
@@ -123,7 +123,7 @@ func printNATSConfig(cfg node.Config, stdout, stderr io.Writer) int {
 }
 
 // storeLabel is the store URL as the banner shows it: never with its
-// password (SPEC §1).
+// password (docs/security.md).
 func storeLabel(cfg node.Config) string {
 	if cfg.Store == "" {
 		return "sqlite://" + cfg.DataDir + "/flexiq.db"
@@ -154,7 +154,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		{"nats-url", "FLEXIQ_NATS_URL", "external NATS URL (empty: run an embedded server)", &cfg.NATSURL},
 		{"nats-listen", "FLEXIQ_NATS_LISTEN", "embedded NATS server address", &cfg.NATSListen},
 		{"admin-addr", "FLEXIQ_ADMIN_ADDR", "admin door (HTTP) address", &cfg.AdminAddr},
-		{"grpc-addr", "FLEXIQ_GRPC_ADDR", "gRPC address (empty disables)", &cfg.GRPCAddr},
+		{"grpc-addr", "FLEXIQ_GRPC_ADDR", "gRPC address (empty or off disables)", &cfg.GRPCAddr},
 		{"node-id", "FLEXIQ_NODE_ID", "node id (default hostname + random suffix)", &cfg.NodeID},
 		{"root-token", "FLEXIQ_ROOT_TOKEN", "root token (default: generated into <data-dir>/root.token)", &cfg.RootToken},
 		{"cluster-listen", "FLEXIQ_CLUSTER_LISTEN", "embedded NATS server's route listener, e.g. 127.0.0.1:6222 (empty: no cluster)", &cfg.ClusterListen},
@@ -233,6 +233,11 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		if err := open.Check(cfg.Store); err != nil {
 			return cfg, usageError{fmt.Sprintf("%s: %v", name("store", "FLEXIQ_STORE"), err)}
 		}
+	}
+	// An empty variable reads as unset, so the environment turns gRPC off
+	// with "off" (the flag takes "" too).
+	if cfg.GRPCAddr == "off" {
+		cfg.GRPCAddr = ""
 	}
 	for _, r := range strings.Split(routes, ",") {
 		if r = strings.TrimSpace(r); r == "" {

@@ -24,7 +24,16 @@ func TestFlagsAndEnvironmentTwins(t *testing.T) {
 	if err != nil || cfg.DataDir != "/f" || cfg.ArchiveTTL != time.Hour {
 		t.Fatalf("flags: %+v %v", cfg, err)
 	}
-	// Defaults of SPEC §1.
+	// gRPC is turned off with "" (flag) or "off" (either).
+	for _, args := range [][]string{{"--grpc-addr", ""}, {"--grpc-addr", "off"}} {
+		if cfg, err := parse(args, env(nil), &bytes.Buffer{}); err != nil || cfg.GRPCAddr != "" {
+			t.Fatalf("%v: grpc %q %v", args, cfg.GRPCAddr, err)
+		}
+	}
+	if cfg, err := parse(nil, env(map[string]string{"FLEXIQ_GRPC_ADDR": "off"}), &bytes.Buffer{}); err != nil || cfg.GRPCAddr != "" {
+		t.Fatalf("FLEXIQ_GRPC_ADDR=off: grpc %q %v", cfg.GRPCAddr, err)
+	}
+	// Defaults of docs/configuration.md.
 	cfg, _ = parse(nil, env(nil), &bytes.Buffer{})
 	if cfg.DataDir != "./flexiq-data" || cfg.NATSListen != "127.0.0.1:4222" || cfg.AdminAddr != "127.0.0.1:7070" ||
 		!cfg.Maintenance || cfg.ArchiveTTL != 168*time.Hour || cfg.DeadTTL != 720*time.Hour ||
