@@ -73,12 +73,15 @@ type inbound struct {
 	header  nats.Header
 	reply   string
 	hops    int
+	// parkedUntil bounds the whole wait of a call for its namespace's
+	// owner, however often it waits (nodes briefly disagreeing).
+	parkedUntil time.Time
 	// req is the micro request of a client's call (nil when forwarded):
 	// refusals go through it so micro's stats count them.
 	req micro.Request
 }
 
-// NewService adds the flexiq service to nc: every subject of SPEC §7 in
+// NewService adds the flexiq service to nc: every subject of docs/protocol.md in
 // queue group "flexiq".
 //
 // router may be nil (a single node). On a clustered node the service also
@@ -198,10 +201,13 @@ func (s *Service) route(in inbound, ns string, again func(inbound)) bool {
 	// wait for the next placement (a hand-over or a failover), then try
 	// again. The wait is off the handler's goroutine.
 	s.router.Kick()
+	if in.parkedUntil.IsZero() {
+		in.parkedUntil = time.Now().Add(parkFor)
+	}
 	s.inflight.Add(1)
 	go func() {
 		defer s.inflight.Add(-1)
-		deadline := time.NewTimer(parkFor)
+		deadline := time.NewTimer(time.Until(in.parkedUntil))
 		defer deadline.Stop()
 		for {
 			changed := s.router.Changed()
