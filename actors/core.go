@@ -199,7 +199,7 @@ func (e *EnqueueCall) keyed() bool {
 
 // NewEnqueueCall turns a validated request into a call: ids generated where
 // the client gave none, run_at resolved from run_at, delay_ms or the
-// debounce window (api.Job.ResolveRunAt). A time out of SPEC §5's bounds
+// debounce window (api.Job.ResolveRunAt). A time out of bounds (docs/protocol.md)
 // refuses the whole call, INVALID_ARGUMENT naming the field: the bounds of
 // delay_ms and window_ms depend on now, which only the actor knows, so
 // they are checked here rather than where the request is decoded.
@@ -417,7 +417,7 @@ type ClaimPlan struct {
 	Empty []*ClaimCall
 }
 
-// PlanClaims prepares a group of claims: the gate of SPEC §5 runs inside
+// PlanClaims prepares a group of claims: the gate of docs/quotas.md runs inside
 // the store's scan through Params.Allow, on a scratch copy of the counts.
 func (c *Core) PlanClaims(calls []*ClaimCall, now time.Time) ClaimPlan {
 	p := ClaimPlan{Params: store.JobClaimManyParams{Namespace: c.ns, Now: now}}

@@ -320,7 +320,7 @@ func TestSnapshotChangeWakesParkedClaims(t *testing.T) {
 	_ = cachebust.Snapshot{}
 }
 
-// SPEC §5: a time out of bounds refuses the whole call naming the field,
+// docs/protocol.md: a time out of bounds refuses the whole call naming the field,
 // and a long delay in bounds is resolved exactly (a time.Duration of
 // nanoseconds would overflow past 292 years).
 func TestNewEnqueueCallResolvesAndBoundsTimes(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package admin is the HTTP admin door of SPEC §8: quotas, usage, jobs,
+// Package admin is the HTTP admin door of docs/admin-api.md: quotas, usage, jobs,
 // dead-letter replay, generic settings, audit, tokens, triggers, periodic
 // jobs, queue and task settings, Prometheus metrics and health.
 //
@@ -276,7 +276,7 @@ func readBody(r *http.Request) ([]byte, error) {
 }
 
 // checkJSON refuses a body that is not JSON in the words api.Decode uses
-// for a NATS request body (SPEC §7: the same situation reads the same on
+// for a NATS request body (docs/protocol.md: the same situation reads the same on
 // every surface).
 func checkJSON(body []byte) error {
 	if !json.Valid(body) {

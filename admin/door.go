@@ -14,7 +14,7 @@ import (
 	"github.com/flexiq/flexiq/api"
 )
 
-// The admin door's connection bounds (SPEC §8).
+// The admin door's connection bounds (docs/admin-api.md).
 const (
 	// DefaultReadTimeout bounds the arrival of a request: its headers and
 	// its body.
@@ -57,11 +57,11 @@ func (b Bounds) withDefaults() Bounds {
 	return b
 }
 
-// NewServer is the admin door's HTTP server around h, bounded as SPEC §8
-// asks: a request whose headers and body do not arrive within ReadTimeout
-// is cut (its connection closed, with no answer), and a keep-alive
-// connection idle for IdleTimeout is closed. Serve it on a Listener from
-// Listen, which caps the connections.
+// NewServer is the admin door's HTTP server around h, bounded as
+// docs/admin-api.md says: a request whose headers and body do not arrive
+// within ReadTimeout is cut (its connection closed, with no answer), and a
+// keep-alive connection idle for IdleTimeout is closed. Serve it on a
+// Listener from Listen, which caps the connections.
 //
 // There is no WriteTimeout: it runs from the end of the request's headers,
 // so it would bound the handler's work and cut a long answer (metrics that

@@ -1,5 +1,5 @@
 // Package admission decides whether one enqueue call's share of a namespace
-// is admitted, refused or shed (SPEC §4): depth first, then the token bucket,
+// is admitted, refused or shed (docs/quotas.md): depth first, then the token bucket,
 // then on_excess. It does no IO and never reads the clock: time is an
 // argument, so the rules are plain table tests.
 package admission
@@ -79,13 +79,13 @@ func refuse(doc quota.Document, err *api.Error) Decision {
 	return Decision{Verdict: Reject, Err: err}
 }
 
-// DepthError is the QUEUE_FULL refusal of SPEC §4.
+// DepthError is the QUEUE_FULL refusal of docs/quotas.md.
 func DepthError(queue string, pending, max int64) *api.Error {
 	return api.Errorf(api.CodeResourceExhausted, api.ReasonQueueFull,
 		"queue '%s' is full: %d pending >= max_pending %d", queue, pending, max)
 }
 
-// RateError is the RATE_LIMITED refusal of SPEC §4.
+// RateError is the RATE_LIMITED refusal of docs/quotas.md.
 func RateError(namespace, rate string) *api.Error {
 	return api.Errorf(api.CodeResourceExhausted, api.ReasonRateLimited,
 		"rate limit exceeded for: namespace '%s' enqueue_rate %s", namespace, rate)

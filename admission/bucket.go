@@ -98,5 +98,5 @@ func (b *Bucket) take(r quota.Rate, n int64, now time.Time) bool {
 }
 
 // Reset forgets the bucket's state: the next use starts full. Used when a
-// namespace's rate is removed, so setting one again starts full as SPEC says.
+// namespace's rate is removed, so setting one again starts full as docs/quotas.md says.
 func (b *Bucket) Reset() { *b = Bucket{} }

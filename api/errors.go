@@ -29,7 +29,7 @@ const (
 // Reason refines a code into the situation a client can act on.
 type Reason string
 
-// The reasons of SPEC §7. The empty reason is valid.
+// The reasons of docs/protocol.md ("Errors"). The empty reason is valid.
 const (
 	ReasonQueueFull       Reason = "QUEUE_FULL"
 	ReasonRateLimited     Reason = "RATE_LIMITED"
@@ -43,7 +43,7 @@ const (
 // Error is the one error type of the API. It is created where a rule lives
 // and rendered unchanged by every surface, so all clients see the same code,
 // reason and message for the same situation. Reason is always rendered,
-// "" when none applies (SPEC §7: "one of … or empty").
+// "" when none applies (docs/protocol.md: "always present").
 type Error struct {
 	Code    Code   `json:"code"`
 	Reason  Reason `json:"reason"`
@@ -87,7 +87,7 @@ func FromError(err error) *Error {
 	return &Error{Code: CodeInternal, Message: "internal error"}
 }
 
-// HTTPStatus maps a code to the HTTP status of SPEC §7.
+// HTTPStatus maps a code to the HTTP status of docs/protocol.md.
 func HTTPStatus(c Code) int {
 	switch c {
 	case CodeInvalidArgument, CodeFailedPrecondition:

@@ -24,7 +24,7 @@ const (
 	// write, so nodes drop their cached copy at once instead of at TTL.
 	SubjectQuotaChanged = "fq.v1.quota.changed"
 	// SubjectConfigChanged is the same for queue and task settings, triggers
-	// and periodic schedules (not part of SPEC's contract; nodes only).
+	// and periodic schedules (nodes only; see docs/protocol.md).
 	SubjectConfigChanged = "fq.v1.config.changed"
 	// SubjectTokenRevoked tells every node to forget a revoked token at once.
 	SubjectTokenRevoked = "fq.v1.token.revoked"
@@ -37,7 +37,7 @@ const (
 	HeaderError     = "Nats-Service-Error"
 )
 
-// The bus's permissions (SPEC §7 "Who may use the bus"). A client connects
+// The bus's permissions (docs/security.md "Who may use the bus"). A client connects
 // with its FlexiQ token as its NATS token and may publish only the request
 // subjects (and the $SRV discovery verbs) and subscribe only below its
 // private inbox prefix; nodes connect with the cluster secret.
@@ -71,7 +71,7 @@ func InboxPrefix(token string) string {
 }
 
 // SubjectForward is where a node takes the calls other nodes forward to it
-// (SPEC §10: the owner of a namespace serves it). The node id is hashed
+// (docs/cluster.md: the owner of a namespace serves it). The node id is hashed
 // into one subject token, so any id is safe in a subject.
 func SubjectForward(node string) string {
 	h := sha256.Sum256([]byte(node))

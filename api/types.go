@@ -107,10 +107,10 @@ type HeartbeatReply struct {
 // job's current attempt: it tells a late ack from a worker whose lease
 // expired apart from the ack of the worker that holds the job now.
 //
-// Acks, instead of ID, completes several jobs in one request (an addition
-// to SPEC §7: a worker running many jobs at once acks what finished
-// together). Each entry succeeds or fails on its own; the reply is then an
-// AckReply with one result per entry, in order.
+// Acks, instead of ID, completes several jobs in one request (the batched
+// form of fq.v1.ack in docs/protocol.md: a worker running many jobs at once
+// acks what finished together). Each entry succeeds or fails on its own;
+// the reply is then an AckReply with one result per entry, in order.
 type AckRequest struct {
 	ID      string          `json:"id,omitempty"`
 	Result  json.RawMessage `json:"result,omitempty"`

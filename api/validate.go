@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-// Limits of SPEC §5.
+// Limits of docs/protocol.md ("Limits").
 const (
 	MaxIDBytes      = 128
 	MaxNameBytes    = 128
@@ -30,7 +30,7 @@ const (
 	MaxCronBytes = 256
 )
 
-// Time bounds of SPEC §5 (variables only because a time.Time cannot be a
+// Time bounds of docs/protocol.md (variables only because a time.Time cannot be a
 // constant): the time a job runs at must lie within them. RFC 3339, and
 // encoding/json, which writes times with it, have four-digit years, so a
 // later time could not be read back as sent; the Unix epoch is as far

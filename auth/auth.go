@@ -1,5 +1,5 @@
 // Package auth turns a bearer token into a principal: the namespace every
-// request is confined to and the role that says what it may do (SPEC §2).
+// request is confined to and the role that says what it may do (docs/security.md, "Tokens").
 //
 // Tokens are random (256 bits), shown once, stored only as a SHA-256 hash
 // (they are high-entropy, so a slow hash adds nothing). The root token is

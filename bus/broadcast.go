@@ -83,7 +83,7 @@ type Subscriptions struct {
 // obs, if not nil, is told each quota change's propagation delay and every
 // broadcast dropped.
 //
-// Only nodes may publish broadcasts (SPEC §7), but a listener still trusts
+// Only nodes may publish broadcasts (docs/protocol.md), but a listener still trusts
 // nothing it receives: a node's bug, a mis-set external server or a stolen
 // cluster secret must not be able to stop a namespace's cache, flood the
 // log or skew the metrics. So a broadcast that does not decode, names no

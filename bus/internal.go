@@ -17,7 +17,7 @@ import (
 // fires, the auto-retry sweep, every gRPC call) reach a namespace's actor
 // wherever it lives: here, or on its owner over fq.internal.op.<node>.
 // They were authenticated where they entered; only nodes may publish
-// below fq.internal (SPEC §7), so these carry no token.
+// below fq.internal (docs/protocol.md), so these carry no token.
 
 // internalOp is a node's call forwarded to the owner of its namespace.
 type internalOp struct {
@@ -196,7 +196,7 @@ func ServeInternalOps(nc *nats.Conn, node string, local Sender, inv Invalidator,
 }
 
 // SyncPublisher broadcasts changes like Publisher and, on a cluster, waits
-// until the namespace's owner has dropped its cached copy (SPEC §10 "Read
+// until the namespace's owner has dropped its cached copy (docs/cluster.md "Read
 // your writes": once the admin door answers, every later call, decided by
 // the owner, sees the change). If the owner does not confirm within
 // Timeout the broadcast and the cache TTL still bound the delay.

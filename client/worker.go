@@ -214,7 +214,7 @@ func (w *Worker) acker(ctx context.Context, stop <-chan struct{}, done chan<- st
 
 func (w *Worker) sendAcks(ctx context.Context, batch []api.AckItem) {
 	if len(batch) == 1 {
-		// One ack alone goes in the plain SPEC form.
+		// One ack alone goes in the plain form (docs/protocol.md).
 		if err := w.c.Ack(ctx, batch[0].ID, batch[0].Attempt, batch[0].Result); err != nil {
 			w.cfg.Log.Warn("ack failed", "job", batch[0].ID, "err", err)
 		}

@@ -1,5 +1,5 @@
 // Package cluster makes several nodes on one shared store one system
-// (SPEC §10): who is alive, which node owns each namespace, and which node
+// (docs/cluster.md): who is alive, which node owns each namespace, and which node
 // leads maintenance.
 //
 // Namespaces hash onto a fixed number of partitions. Each partition's

@@ -1,4 +1,4 @@
-// Package dispatch is the gate of SPEC §5 for handing out a job: the
+// Package dispatch is the gate of docs/quotas.md for handing out a job: the
 // namespace's max_running and the queue's and task's max_concurrent. It does
 // no IO and reads no clock; the namespace actor owns the counts it checks.
 package dispatch

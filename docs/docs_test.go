@@ -9,6 +9,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -258,5 +259,70 @@ func TestNodeFlagsDocumented(t *testing.T) {
 	sort.Strings(bad)
 	if len(bad) > 0 {
 		t.Errorf("cmd/node/main.go defines what docs/*.md never mention:\n  %s", strings.Join(bad, "\n  "))
+	}
+}
+
+// TestNoContractOutsideTheRepository: the repository explains itself. No
+// Go source, .proto or Markdown file cites a specification kept outside
+// it: neither its sections ("SPEC" then a section sign, also across a
+// comment's line break) nor a path into the shared directory next to the
+// repository. Cite the docs/*.md page instead. The generated code of
+// grpcapi/flexiqv1 is skipped (its comments come from the .proto, which
+// is checked), and so are node_modules and .git.
+func TestNoContractOutsideTheRepository(t *testing.T) {
+	// Both built from parts, so that this file does not match itself.
+	section := regexp.MustCompile(`SPEC(\s|//)*` + "\u00a7")
+	outside := "../" + "shared"
+	const root = ".."
+	var bad []string
+	checked := 0
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if d.Name() == ".git" || d.Name() == "node_modules" || rel == "grpcapi/flexiqv1" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(rel) {
+		case ".go", ".md", ".proto":
+		default:
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		checked++
+		text := string(data)
+		line := func(at int) int { return 1 + strings.Count(text[:at], "\n") }
+		for _, m := range section.FindAllStringIndex(text, -1) {
+			bad = append(bad, rel+":"+strconv.Itoa(line(m[0]))+": cites a section of the outside specification")
+		}
+		for at := 0; ; {
+			i := strings.Index(text[at:], outside)
+			if i < 0 {
+				break
+			}
+			bad = append(bad, rel+":"+strconv.Itoa(line(at+i))+": points at "+outside)
+			at += i + len(outside)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 100 {
+		t.Fatalf("checked only %d .go, .proto and .md files under the repository root: has the layout changed?", checked)
+	}
+	if len(bad) > 0 {
+		t.Errorf("the repository must explain itself: cite docs/*.md, not a contract outside it:\n  %s", strings.Join(bad, "\n  "))
 	}
 }

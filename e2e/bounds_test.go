@@ -11,7 +11,7 @@ import (
 	"github.com/flexiq/flexiq/api"
 )
 
-// SPEC §5: a run_at, delay_ms or debounce window that puts a job before
+// docs/protocol.md: a run_at, delay_ms or debounce window that puts a job before
 // 1970 or after 9999-12-31T23:59:59Z is INVALID_ARGUMENT naming the field,
 // and nothing of the call is written; the last second in range is stored
 // and read back as sent, on every backend.
@@ -62,7 +62,7 @@ func TestJobTimesOutOfBoundsAreRefused(t *testing.T) {
 	})
 }
 
-// SPEC §5: a periodic schedule is at most 256 bytes.
+// docs/admin-api.md: a periodic schedule is at most 256 bytes.
 func TestPeriodicScheduleOfMoreThan256BytesIsRefused(t *testing.T) {
 	e := start(t)
 	tn := e.tenant("acme")
@@ -86,7 +86,7 @@ func TestPeriodicScheduleOfMoreThan256BytesIsRefused(t *testing.T) {
 	}
 }
 
-// SPEC §8: GET /metrics is root only, since the metrics name every
+// docs/admin-api.md: GET /metrics is root only, since the metrics name every
 // namespace.
 func TestMetricsAreRootOnly(t *testing.T) {
 	e := start(t)

@@ -311,7 +311,7 @@ func TestCLINegativeLimitIsTheServersRefusal(t *testing.T) {
 		t.Fatalf("queue set --max-concurrent -1: stderr %q", r.stderr)
 	}
 	// A negative delay parses: like a negative limit it is the server's
-	// refusal (SPEC §9), printed as is, exit 1.
+	// refusal (docs/cli.md), printed as is, exit 1.
 	if r = e.fq(tn.producer, "enqueue", "--queue", "q", "--task", "t", "--delay", "-5s").want(t, 1); !strings.Contains(r.stderr, "delay_ms") {
 		t.Fatalf("enqueue --delay -5s: stderr %q", r.stderr)
 	}

@@ -27,7 +27,7 @@ import (
 	pb "github.com/flexiq/flexiq/grpcapi/flexiqv1"
 )
 
-// Many nodes (SPEC §10), tested as an operator runs them: separate fq-node
+// Many nodes (docs/cluster.md), tested as an operator runs them: separate fq-node
 // processes on loopback, their embedded NATS servers joined by routes,
 // sharing one PostgreSQL or Redis store.
 

@@ -68,7 +68,7 @@ func grpcRefusal(t testing.TB, err error) *api.Error {
 }
 
 // httpRefusal is the refusal an admin door call comes back with: its
-// status must be the code's (SPEC §7) and its body the error body.
+// status must be the code's (docs/protocol.md) and its body the error body.
 func (e *env) httpRefusal(t testing.TB, method, path, token string, reqBody any) *api.Error {
 	t.Helper()
 	status, body := e.do(method, path, token, reqBody)
@@ -127,8 +127,8 @@ type surfaceCall struct {
 	call    func(t *testing.T) *api.Error
 }
 
-// One table, four surfaces (SPEC §7: "every client … sees the same code,
-// reason and message for the same situation"): each situation is met
+// One table, four surfaces (docs/protocol.md: every client sees the same code,
+// reason and message for the same situation): each situation is met
 // through the Go client over NATS, the admin door (where it offers the
 // call), gRPC and fq, and each refusal must be the same, to the byte.
 func TestEverySurfaceRefusesAlike(t *testing.T) {
@@ -231,7 +231,7 @@ func TestEverySurfaceRefusesAlike(t *testing.T) {
 		{"bad request: not JSON", func(t *testing.T) (*api.Error, []surfaceCall) {
 			tn := e.tenant("badjson")
 			// fq has no such call: it refuses JSON that does not parse
-			// itself, as a usage error (SPEC §9, exit 2).
+			// itself, as a usage error (docs/cli.md, exit 2).
 			return api.Errorf(api.CodeInvalidArgument, api.ReasonBadRequest, "request body is not valid JSON: invalid character 'o' in literal null (expecting 'u')"),
 				[]surfaceCall{
 					{"nats", "fq.v1.enqueue body nope", func(t *testing.T) *api.Error {

@@ -135,8 +135,8 @@ func (n *Node) runCluster() {
 	}()
 }
 
-// leaveCluster hands this node's namespaces over (SPEC §10 "Graceful
-// leave"): it stops acting for them, lets its actors answer what they
+// leaveCluster hands this node's namespaces over (docs/cluster.md,
+// SIGTERM): it stops acting for them, lets its actors answer what they
 // hold, releases its leases, and keeps taking forwarded calls (passing
 // them on) until the others have seen it go.
 func (n *Node) leaveCluster(ctx context.Context) error {

@@ -9,7 +9,7 @@ import (
 )
 
 // The data dir holds the database, its WAL and the secrets (root.token,
-// cluster.secret): SPEC §1 has the dir 0700 and every file in it 0600, so
+// cluster.secret): docs/security.md has the dir 0700 and every file in it 0600, so
 // no other user of the machine can read a token or a job.
 const (
 	dataDirMode os.FileMode = 0o700

@@ -9,7 +9,7 @@ import (
 )
 
 // sweepEvery is how often periodic schedules and the dead-letter
-// auto-retry sweep are checked (SPEC: at least every second).
+// auto-retry sweep are checked (docs/admin-api.md: at least every second).
 const sweepEvery = time.Second
 
 // startMaintenance starts this node's maintenance: the retention leader,

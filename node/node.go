@@ -36,7 +36,7 @@ import (
 	"github.com/flexiq/flexiq/store/open"
 )
 
-// Config is a node's configuration (SPEC §1).
+// Config is a node's configuration (docs/configuration.md).
 type Config struct {
 	DataDir    string
 	Store      string // store URL; empty = sqlite://<DataDir>/flexiq.db
@@ -75,7 +75,7 @@ type Config struct {
 	Log       *slog.Logger
 }
 
-// Defaults returns SPEC §1's defaults.
+// Defaults returns the defaults of docs/configuration.md.
 func Defaults() Config {
 	return Config{
 		DataDir:         "./flexiq-data",
@@ -151,8 +151,8 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 			n = nil
 		}
 	}()
-	// SPEC §1: the data dir is 0700 and every file in it 0600; a dir or
-	// file found wider (an older version's, an operator's) is tightened.
+	// docs/security.md: the data dir is 0700 and every file in it 0600;
+	// a dir or file found wider (an older version's, an operator's) is tightened.
 	if err := secureDataDir(cfg.DataDir, n.log); err != nil {
 		return n, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
@@ -250,7 +250,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		return n, fmt.Errorf("nats: %w", err)
 	}
 
-	// The admin door's bounds (SPEC §8): at most admin.DefaultMaxConns
+	// The admin door's bounds (docs/admin-api.md): at most admin.DefaultMaxConns
 	// connections, /healthz answering past them; requests cut after 10 s,
 	// idle connections after 60 s.
 	n.httpLn, err = admin.Listen(cfg.AdminAddr, admin.DefaultMaxConns)

@@ -1,4 +1,4 @@
-// Package quota is the namespace quota document of SPEC §3: strict decoding,
+// Package quota is the namespace quota document of docs/quotas.md: strict decoding,
 // validation, merging, canonical encoding, the storage key and namespace
 // names. It does no IO, so every rule here is a plain function to test.
 package quota

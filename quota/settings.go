@@ -10,7 +10,7 @@ import (
 	"github.com/flexiq/flexiq/api"
 )
 
-// QueueSettings are one queue's settings (SPEC §8 GET/PUT /v1/queues/{q}).
+// QueueSettings are one queue's settings (docs/admin-api.md, GET/PUT /v1/queues/{q}).
 // Unset fields are nil: no cap, the default attempts, no auto-retry.
 type QueueSettings struct {
 	MaxConcurrent  *int64

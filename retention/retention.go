@@ -1,4 +1,4 @@
-// Package retention is the retention leader of SPEC §6: on nodes where
+// Package retention is the retention leader of docs/quotas.md: on nodes where
 // maintenance is on, and on one of them at a time, each tick first deletes
 // completed and dead jobs past their TTL, then trims each namespace over its
 // max_archived_rows / max_dead_rows ceiling, oldest first, at most Batch
@@ -51,7 +51,7 @@ type nopObserver struct{}
 func (nopObserver) Deleted(api.Status, string, int64) {}
 func (nopObserver) Skipped(string)                    {}
 
-// Config configures the cleaner. Zero fields take SPEC §1's defaults.
+// Config configures the cleaner. Zero fields take the defaults of docs/configuration.md.
 type Config struct {
 	ArchiveTTL time.Duration // default 168h
 	DeadTTL    time.Duration // default 720h

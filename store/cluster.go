@@ -7,7 +7,7 @@ import (
 )
 
 // ErrFenced is a write refused because its fence is stale: the lease it
-// names is now held by another node, or under a newer epoch (SPEC §10:
+// names is now held by another node, or under a newer epoch (docs/cluster.md:
 // a node that lost a namespace can no longer change its jobs, even if it
 // does not know yet).
 var ErrFenced = errors.New("store: fenced: the lease is held by another owner")

@@ -1,4 +1,4 @@
-// Command fq is FlexiQ's command-line client (SPEC §9): quotas and usage,
+// Command fq is FlexiQ's command-line client (docs/cli.md): quotas and usage,
 // enqueue, a worker that runs a command per job, jobs and dead letters,
 // triggers, periodic jobs, queue and task settings, tokens and a load
 // generator. The program is package cli; this only runs it.

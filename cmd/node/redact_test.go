@@ -8,7 +8,7 @@ import (
 	"github.com/flexiq/flexiq/node"
 )
 
-// The banner's store line never shows a password (SPEC §1).
+// The banner's store line never shows a password (docs/security.md).
 func TestBannerStoreLabelHidesThePassword(t *testing.T) {
 	for _, store := range []string{
 		"redis://:s3cret@127.0.0.1:6379/0",

@@ -1433,7 +1433,7 @@ func (x *NackResponse) GetRunAt() *timestamppb.Timestamp {
 	return nil
 }
 
-// Quota is the namespace's quota document (SPEC §3) and its revision.
+// Quota is the namespace's quota document (docs/quotas.md) and its revision.
 type Quota struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`

@@ -1,5 +1,5 @@
 // Package redact hides the secrets of store and NATS URLs from what is
-// printed or logged (SPEC §1: a secret in a URL is never printed or logged).
+// printed or logged (docs/security.md: a secret in a URL is never printed or logged).
 package redact
 
 import (
@@ -12,7 +12,7 @@ import (
 // Redacted stands in for a secret in messages.
 const Redacted = "***"
 
-// URL returns a store or NATS URL fit to print or log (SPEC §1: a
+// URL returns a store or NATS URL fit to print or log (docs/security.md: a
 // secret in a URL is never printed or logged): the password of its user
 // info (redis://:pw@h, postgres://u:pw@h/db, nats://u:pw@h), a NATS URL's
 // token (nats://token@h), and the values of password-like query parameters

@@ -162,7 +162,7 @@ const replaySQL = `WITH d AS (
 const replayShedSQL = `UPDATE jobs SET shed = true, error = $3::text, dead_meta = $4::bytea, unique_key = NULL, debounce_key = NULL
 	WHERE namespace = $1::text AND id = $2::text AND status + 0 = 3`
 
-// admissionShedMeta is the dead-letter metadata of shed jobs (SPEC §4).
+// admissionShedMeta is the dead-letter metadata of shed jobs (docs/quotas.md).
 const admissionShedMeta = `{"shed":"quota"}`
 
 // Bulk statements are cut at this many rows or payload bytes, well below

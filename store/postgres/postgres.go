@@ -395,8 +395,8 @@ func retryable(err error, unique bool) bool {
 
 // Times are stored as Unix nanoseconds, the zero time as NULL; all but
 // run_at, which is Unix microseconds (migration 2): nanoseconds only reach
-// the year 2262, and a job may run as late as 9999-12-31T23:59:59Z (SPEC
-// §5). The other times come from the node's clock.
+// the year 2262, and a job may run as late as 9999-12-31T23:59:59Z (see
+// docs/protocol.md). The other times come from the node's clock.
 
 // runAtMicros is run_at as stored: truncated to the microsecond, the
 // precision the store contract keeps.

@@ -41,7 +41,7 @@ func write(t *testing.T, s *sqlite.Store) {
 }
 
 // A new database, its -wal and -shm are 0600, and the directories Open
-// creates for it 0700 (SPEC §1).
+// creates for it 0700 (docs/security.md).
 func TestNewDatabaseFilesAreOwnerOnly(t *testing.T) {
 	withUmask022(t)
 	base := t.TempDir()

@@ -364,7 +364,7 @@ func (e *enqueuer) replay(id string, c store.EnqueueCall) (api.EnqueueResult, er
 	return api.EnqueueResult{ID: id, Outcome: api.OutcomeEnqueued}, nil
 }
 
-// admissionShedMeta is the dead-letter metadata of shed jobs (SPEC §4).
+// admissionShedMeta is the dead-letter metadata of shed jobs (docs/quotas.md).
 const admissionShedMeta = `{"shed":"quota"}`
 
 // JobEnqueueMany writes a group of calls in one transaction.

@@ -175,7 +175,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 }
 
 // Modes of the database's files and of a directory Open creates for them
-// (SPEC §1: the data dir 0700, every file in it 0600).
+// (docs/security.md: the data dir 0700, every file in it 0600).
 const (
 	fileMode os.FileMode = 0o600
 	dirMode  os.FileMode = 0o700
@@ -408,8 +408,8 @@ func (s *Store) exec(ctx context.Context, query string) (sql.Result, error) {
 
 // Times are stored as Unix nanoseconds, the zero time as NULL; all but
 // run_at, which is Unix microseconds (migration 4): nanoseconds only reach
-// the year 2262, and a job may run as late as 9999-12-31T23:59:59Z (SPEC
-// §5). The other times come from the node's clock.
+// the year 2262, and a job may run as late as 9999-12-31T23:59:59Z (see
+// docs/protocol.md). The other times come from the node's clock.
 
 // runAtMicros is run_at as stored: truncated to the microsecond, the
 // precision the store contract keeps.

@@ -438,7 +438,7 @@ func exerciseShed(t *testing.T, newStore Factory) {
 	})
 
 	t.Run("KeyHeldByLiveJobStillShed", func(t *testing.T) {
-		// Admission comes before deduplication (SPEC §4.6): a duplicate of
+		// Admission comes before deduplication (docs/quotas.md): a duplicate of
 		// a live job's keys is shed, and the live job is left alone.
 		s := newStore(t, nil)
 		mustEnqueue(t, s, nsA, base,

@@ -101,7 +101,7 @@ func exerciseSetting(t *testing.T, newStore Factory) {
 	})
 
 	t.Run("DeleteNeverWritten", func(t *testing.T) {
-		// Clearing a quota that was never set is still a write (SPEC §3:
+		// Clearing a quota that was never set is still a write (docs/quotas.md:
 		// +1 on every successful write, set, merge or clear).
 		s := newStore(t, nil)
 		got := putSetting(t, s, store.SettingPutParams{Key: "k", Now: base, Audit: quotaAudit(nsA, "quota.clear")})

@@ -8,7 +8,7 @@ import (
 	"github.com/flexiq/flexiq/store"
 )
 
-// SPEC §5 lets a job run at any time from 1970-01-01T00:00:00Z to the end
+// docs/protocol.md lets a job run at any time from 1970-01-01T00:00:00Z to the end
 // of 9999; every such time comes back as sent, to the microsecond, on every
 // path that writes run_at (insert, coalesce, retry). Unix nanoseconds stop
 // in 2262 and a double is exact to the microsecond only until 2255, so

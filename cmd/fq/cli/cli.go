@@ -1,4 +1,4 @@
-// Package cli is fq, FlexiQ's command-line client (SPEC §9): quotas and
+// Package cli is fq, FlexiQ's command-line client (docs/cli.md): quotas and
 // usage, enqueue, a worker that runs a command per job, jobs and dead
 // letters, triggers, periodic jobs, queue and task settings, tokens, and a
 // load generator.
@@ -30,7 +30,7 @@ import (
 	"github.com/flexiq/flexiq/client"
 )
 
-// Exit codes of SPEC §9.
+// Exit codes of docs/cli.md.
 const (
 	ExitOK          = 0
 	ExitRefused     = 1
