@@ -81,6 +81,10 @@ type stepCtx struct {
 	// before holds the model's view, at the start of the step, of the jobs
 	// its acks and nacks name.
 	before map[string]*mjob
+	// fence is what the node's cluster gave the actor this step (cluster
+	// mode; nil when it does not own the namespace now).
+	fence      *store.Fence
+	fenceAsked bool
 }
 
 // snapRec records the quota snapshot each step decides under, and checks
@@ -216,7 +220,7 @@ func (s *Sim) checkStep(st *stepCtx) {
 	}
 	nm := s.m.ns[st.ns]
 	core := st.sa.a.Core()
-	if core.Loaded() {
+	if core.Loaded() && s.stepOwns(st) {
 		if core.Pending() != nm.pending || core.Running() != nm.running {
 			s.violate(InvCounts, "%s#%d counts pending=%d running=%d, the store holds pending=%d running=%d",
 				st.ns, st.sa.inc, core.Pending(), core.Running(), nm.pending, nm.running)
@@ -415,7 +419,7 @@ func (s *Sim) checkUpdateReply(st *stepCtx, m *msgRec) {
 		if m.err.Reason == api.ReasonUnknownJob && b != nil {
 			s.violate(InvReply, "m%d: UNKNOWN_JOB for %s, which exists", m.id, s.alias(id))
 		}
-		if !st.storeErr && st.namedOnce(id) && b != nil && b.status == api.StatusRunning && b.attempt == m.attempt && b.leaseUntil.After(st.now) {
+		if !st.storeErr && s.stepOwns(st) && st.namedOnce(id) && b != nil && b.status == api.StatusRunning && b.attempt == m.attempt && b.leaseUntil.After(st.now) {
 			s.violate(InvReply, "m%d: %s refused for %s, whose lease (attempt %d) runs to +%s", m.id, m.err.Reason, s.alias(id), b.attempt, fmtDur(b.leaseUntil.Sub(epoch)))
 		}
 	default:

@@ -34,6 +34,9 @@ func (s *Sim) Run() error {
 		n := s.nodes[s.rng.IntN(len(s.nodes))]
 		s.restartNode(n, s.rng.IntN(2) == 0)
 	})
+	if s.cfg.Cluster != nil {
+		s.clusterChaos()
+	}
 	if len(s.nodes) > 1 {
 		s.chaos(s.cfg.Chaos.MoveEvery, func() {
 			ns := s.cfg.Namespaces[s.rng.IntN(len(s.cfg.Namespaces))]
@@ -41,6 +44,7 @@ func (s *Sim) Run() error {
 		})
 	}
 	s.runUntil(s.end.Add(s.cfg.Drain))
+	s.checkSettled()
 	s.reconcile("at the end")
 	if len(s.violations) > 0 {
 		return s.violations[0]

@@ -33,6 +33,10 @@ type Config struct {
 	// transaction, as on PostgreSQL and Redis.
 	StepTx bool
 
+	// Cluster, when set, runs the nodes as one cluster on a shared store
+	// (cluster.go): ownership by fenced leases instead of a fixed owner.
+	Cluster *ClusterConfig
+
 	Bus    BusConfig
 	Faults FaultConfig
 	Load   LoadConfig
@@ -279,6 +283,7 @@ func (c *Config) String() string {
 	if c.StepTx {
 		b.WriteString(" steptx")
 	}
+	b.WriteString(c.Cluster.String())
 	return b.String()
 }
 

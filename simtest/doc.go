@@ -9,10 +9,11 @@
 // random moments drawn from the seed. Nothing reads the wall clock or global
 // randomness, so a seed replays byte for byte.
 //
-// After every actor step the simulator checks SPEC §3–§5 against a model it
-// keeps of every job (invariants named by the Inv… constants). The model is
-// fed by what the store committed (a recording layer right above SQLite) and
-// checked against what the actors answered their clients.
+// After every actor step the simulator checks the rules of docs/quotas.md
+// and docs/protocol.md against a model it keeps of every job (invariants
+// named by the Inv… constants). The model is fed by what the store
+// committed (a recording layer right above SQLite) and checked against what
+// the actors answered their clients.
 //
 // The layers around the store, from the actor down:
 //
@@ -31,6 +32,18 @@
 // the whole step back. The odd seeds write call by call, as on PostgreSQL
 // and Redis.
 //
+// Cluster mode (Config.Cluster, RandomClusterConfig, cluster.go) runs 2–3
+// nodes as one cluster on the shared store, as on PostgreSQL or Redis: each
+// node has its own cluster.Cluster on the simulated clock over one shared
+// ClusterStore model, its actors take their fences from it, and a fence
+// layer refuses stale writes (actor → fenceStore → faultStore → recStore).
+// Calls reach a random node and are forwarded to the owner; nodes join,
+// leave, are killed (their actors step on as stale owners for a while) and
+// lose their bus for a while. Its own invariants: no write from a stale
+// epoch lands (InvStaleWrite), no call is refused for reaching a non-owner
+// (InvRouted), every claimed job settles (InvSettled); the single-node
+// ones hold cluster-wide, counts and leases checked on the owner's actor.
+//
 // Product bugs the simulator found and that are not fixed yet are named by
 // the Bug… constants; RandomConfig tolerates them (KnownBugs) so they do not
 // hide the next one, and TestKnownBugs shows each still happens.
@@ -41,6 +54,8 @@
 //	go test ./simtest -run TestSeeds -seeds=5000 -seedbase=1000 [-simlen=4] [-strict] -v
 //	go test ./simtest -run TestSeeds -seed=N -v [-simtrace]   # replay one seed
 //	go test ./simtest -run TestScripts [-rewrite]
+//	go test ./simtest -run TestClusterSeeds -clusterseeds=1000 [-seedbase=N] -v
+//	go test ./simtest -run TestClusterSeeds -clusterseed=N -v [-simtrace]
 //
 // TestSeeds plays many seeds (each prints the command that replays it when
 // it fails; -v also prints what the seeds exercised), TestDeterminism plays

@@ -46,8 +46,8 @@ type mjob struct {
 	payload     string
 }
 
-// storedRunAt is run_at as the store keeps it: to the microsecond (SPEC
-// §5), so that it reaches the year 9999. A job is due once that is not
+// storedRunAt is run_at as the store keeps it: to the microsecond (see
+// docs/protocol.md), so that it reaches the year 9999. A job is due once that is not
 // after now, up to a microsecond before the time it was given.
 func storedRunAt(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
 
@@ -154,7 +154,7 @@ func (n *nsModel) setConfig(kind, name string, value []byte) {
 	}
 }
 
-// maxAttempts resolves a job's attempt limit as SPEC §5 says.
+// maxAttempts resolves a job's attempt limit as docs/protocol.md says.
 func (n *nsModel) maxAttempts(j *mjob) int64 {
 	if j.maxAttempts > 0 {
 		return j.maxAttempts

@@ -53,10 +53,12 @@ type Sim struct {
 
 	nodes []*node
 	owner map[string]*node
-	m     *model
-	cur   *stepCtx
-	steps int
-	inc   map[string]int
+	// leases is the shared ClusterStore of cluster mode (nil otherwise).
+	leases *leaseModel
+	m      *model
+	cur    *stepCtx
+	steps  int
+	inc    map[string]int
 
 	msgs      int
 	batches   map[int]*batchRec
@@ -89,6 +91,9 @@ func (v Violation) Error() string { return fmt.Sprintf("%s at %s: %s", v.Inv, fm
 func New(cfg Config) (*Sim, error) {
 	if cfg.Nodes < 1 {
 		cfg.Nodes = 1
+	}
+	if cfg.Cluster != nil {
+		cfg.StepTx = false // a shared store writes call by call
 	}
 	if cfg.TTL <= 0 {
 		cfg.TTL = 2 * time.Second
@@ -125,6 +130,10 @@ func New(cfg Config) (*Sim, error) {
 	s.rec = &recStore{s: s, db: db}
 	s.flt = &faultStore{s: s, inner: s.rec}
 	s.store = s.flt
+	if cfg.Cluster != nil {
+		s.leases = newLeaseModel()
+		s.store = &fenceStore{Store: s.flt, s: s}
+	}
 	if cfg.StepTx {
 		s.store = faultStepper{s.flt}
 	}
@@ -277,6 +286,8 @@ type node struct {
 	cache          *cachebust.Cache
 	deps           *actors.Deps
 	actors         map[string]*simActor
+	// cn is the node's part of the cluster (cluster mode).
+	cn *clusterNode
 }
 
 type simActor struct {
@@ -310,6 +321,9 @@ func (s *Sim) bootNode(n *node) {
 	}
 	n.actors = map[string]*simActor{}
 	n.bcastRev, n.seen = map[string]int64{}, map[string]int64{}
+	if s.cfg.Cluster != nil {
+		s.bootCluster(n)
+	}
 }
 
 // actor returns ns's actor on n, spawning it (as actors.System does on the
@@ -496,6 +510,11 @@ type msgRec struct {
 
 	onReply   func(body any, err *api.Error)
 	onTimeout func()
+
+	// Cluster mode: the node whose actor has the call now; local marks a
+	// call its entry node kept (the ackLocal mutation).
+	at    *node
+	local bool
 }
 
 func (m *msgRec) describe(s *Sim) string {
@@ -551,7 +570,16 @@ func (s *Sim) send(m *msgRec) {
 }
 
 func (s *Sim) deliver(m *msgRec) {
-	n := s.owner[m.ns]
+	if s.cfg.Cluster != nil {
+		s.clusterDeliver(m)
+		return
+	}
+	s.deliverTo(s.owner[m.ns], m)
+}
+
+// deliverTo puts m in the mailbox of its namespace's actor on n.
+func (s *Sim) deliverTo(n *node, m *msgRec) {
+	m.at = n
 	sa := s.actor(n, m.ns)
 	am := &actors.Message{Op: m.op, Body: m.body, Reply: func(body any, err *api.Error) { s.nodeReply(m, body, err) }}
 	if m.batch != nil && m.batch.autoRetry {
@@ -569,6 +597,9 @@ func (s *Sim) deliver(m *msgRec) {
 
 // nodeReply is the node answering m (inside a step, or while stopping).
 func (s *Sim) nodeReply(m *msgRec, body any, err *api.Error) {
+	if s.cfg.Cluster != nil && s.clusterReply(m, err) {
+		return
+	}
 	if m.replied {
 		s.violate(InvReply, "m%d answered twice", m.id)
 		return

@@ -342,16 +342,25 @@ func (r *recStore) step(op string) *stepCtx {
 
 func (r *recStore) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
 	res, err := r.db.JobEnqueueMany(ctx, p)
+	if err == nil {
+		r.s.checkLanded("enqueue", p.Namespace, p.Fence)
+	}
 	return res, r.recordEnqueue(nil, p, res, err)
 }
 
 func (r *recStore) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
 	res, err := r.db.JobClaimMany(ctx, p)
+	if err == nil {
+		r.s.checkLanded("claim", p.Namespace, p.Fence)
+	}
 	return res, r.recordClaim(nil, p, res, err)
 }
 
 func (r *recStore) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
 	applied, err := r.db.JobUpdateMany(ctx, p)
+	if err == nil {
+		r.s.checkLanded("update", p.Namespace, p.Fence)
+	}
 	return applied, r.recordUpdate(nil, p, applied, err)
 }
 
@@ -554,7 +563,7 @@ func (s *Sim) linkCall(st *stepCtx, c store.EnqueueCall) *batchRec {
 }
 
 // newOne applies one new job of a written call and returns the outcome the
-// model expects (SPEC §4, §5: repeated ids, unique and debounce keys).
+// model expects (docs/quotas.md, docs/protocol.md: repeated ids, unique and debounce keys).
 func (s *Sim) newOne(nm *nsModel, j *store.NewJob, shed bool, now time.Time) api.EnqueueResult {
 	mk := func(st api.Status) *mjob {
 		return &mjob{id: j.ID, queue: j.Queue, task: j.Task, status: st, maxAttempts: j.MaxAttempts,
@@ -720,7 +729,7 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// backoffBounds is the range SPEC §5 allows before attempt+1.
+// backoffBounds is the range docs/protocol.md (fq.v1.nack) allows before attempt+1.
 func backoffBounds(attempt int64) (lo, hi time.Duration) {
 	if attempt < 1 {
 		attempt = 1
