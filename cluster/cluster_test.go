@@ -3,89 +3,13 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"sort"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/flexiq/flexiq/cluster/clustertest"
 	"github.com/flexiq/flexiq/store"
 )
-
-// memStore is store.ClusterStore in memory, with the contract's rules.
-type memStore struct {
-	mu      sync.Mutex
-	members map[string]store.Member
-	leases  map[string]store.Lease
-}
-
-func newMemStore() *memStore {
-	return &memStore{members: map[string]store.Member{}, leases: map[string]store.Lease{}}
-}
-
-func (m *memStore) MemberHeartbeat(_ context.Context, p store.MemberHeartbeatParams) ([]store.Member, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.members[p.Node] = store.Member{Node: p.Node, Info: p.Info, Expires: p.Now.Add(p.TTL)}
-	var out []store.Member
-	for _, mem := range m.members {
-		if mem.Expires.After(p.Now) {
-			out = append(out, mem)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
-	return out, nil
-}
-
-func (m *memStore) MemberLeave(_ context.Context, node string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.members, node)
-	return nil
-}
-
-func (m *memStore) LeaseAcquire(_ context.Context, p store.LeaseAcquireParams) ([]store.Lease, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []store.Lease
-	for _, name := range p.Names {
-		l, ok := m.leases[name]
-		switch {
-		case !ok:
-			l = store.Lease{Name: name, Holder: p.Holder, Epoch: 1}
-		case l.Holder == p.Holder:
-		case l.Holder == "" || !l.Expires.After(p.Now):
-			l.Holder, l.Epoch = p.Holder, l.Epoch+1
-		default:
-			continue
-		}
-		l.Expires = p.Now.Add(p.TTL)
-		m.leases[name] = l
-		out = append(out, l)
-	}
-	return out, nil
-}
-
-func (m *memStore) LeaseRelease(_ context.Context, p store.LeaseReleaseParams) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, name := range p.Names {
-		if l, ok := m.leases[name]; ok && l.Holder == p.Holder {
-			l.Holder, l.Expires = "", time.Time{}
-			m.leases[name] = l
-		}
-	}
-	return nil
-}
-
-func (m *memStore) LeaseList(context.Context) ([]store.Lease, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []store.Lease
-	for _, l := range m.leases {
-		out = append(out, l)
-	}
-	return out, nil
-}
 
 // clock is a shared fake clock.
 type clock struct {
@@ -101,7 +25,7 @@ func (c *clock) add(d time.Duration) {
 }
 
 type testCluster struct {
-	st    *memStore
+	st    *clustertest.MemStore
 	clk   *clock
 	nodes map[string]*Cluster
 	lost  map[string][]string
@@ -109,7 +33,7 @@ type testCluster struct {
 }
 
 func newTestCluster(names ...string) *testCluster {
-	tc := &testCluster{st: newMemStore(), clk: &clock{now: time.Unix(1_700_000_000, 0)}, nodes: map[string]*Cluster{}, lost: map[string][]string{}}
+	tc := &testCluster{st: clustertest.NewMemStore(), clk: &clock{now: time.Unix(1_700_000_000, 0)}, nodes: map[string]*Cluster{}, lost: map[string][]string{}}
 	for _, n := range names {
 		tc.add(n, true)
 	}
@@ -214,13 +138,13 @@ func TestADeadNodesShareMovesAfterItsLeasesExpire(t *testing.T) {
 	settle(t, tc, 6, "a", "b", "c")
 	before := map[int]string{}
 	for p := 0; p < Partitions; p++ {
-		before[p] = tc.st.leases[LeaseName(p)].Holder
+		before[p] = tc.st.Leases[LeaseName(p)].Holder
 	}
 	// c dies. Its leases last 2 s: a and b must not take them sooner.
 	for i := 0; i < 6; i++ { // 1.5 s
 		tc.round("a", "b")
 		for p := 0; p < Partitions; p++ {
-			if before[p] == "c" && tc.st.leases[LeaseName(p)].Holder != "c" {
+			if before[p] == "c" && tc.st.Leases[LeaseName(p)].Holder != "c" {
 				t.Fatalf("partition %d taken from c after %d rounds, before its lease expired", p, i+1)
 			}
 		}
@@ -230,7 +154,7 @@ func TestADeadNodesShareMovesAfterItsLeasesExpire(t *testing.T) {
 		t.Fatalf("after the failover %v own %d of %d namespaces", count, total(count), Partitions)
 	}
 	for p := 0; p < Partitions; p++ {
-		if before[p] != "c" && tc.st.leases[LeaseName(p)].Holder != before[p] {
+		if before[p] != "c" && tc.st.Leases[LeaseName(p)].Holder != before[p] {
 			t.Fatalf("partition %d moved from %s, which did not die", p, before[p])
 		}
 	}
@@ -245,7 +169,7 @@ func TestANodeStopsActingBeforeItsLeaseExpires(t *testing.T) {
 		t.Fatal("a does not own x")
 	}
 	// No more ticks from a: its leases run for TTL from the last renewal.
-	last := tc.st.leases[LeaseName(PartitionOf("x"))].Expires
+	last := tc.st.Leases[LeaseName(PartitionOf("x"))].Expires
 	for tc.clk.Now().Before(last) {
 		if _, mine := tc.nodes["a"].Owner("x"); mine && !tc.clk.Now().Before(last.Add(-tc.nodes["a"].margin())) {
 			t.Fatalf("a still acts %v before its lease expires", last.Sub(tc.clk.Now()))
@@ -268,7 +192,7 @@ func TestJoinAndLeaveHandOver(t *testing.T) {
 		t.Fatalf("after c joined: %v", count)
 	}
 	was := map[string]store.Lease{}
-	for name, l := range tc.st.leases {
+	for name, l := range tc.st.Leases {
 		was[name] = l
 	}
 	drained := false
@@ -283,7 +207,7 @@ func TestJoinAndLeaveHandOver(t *testing.T) {
 	if total(count) != Partitions {
 		t.Fatalf("after c left: %v", count)
 	}
-	for name, l := range tc.st.leases {
+	for name, l := range tc.st.Leases {
 		if l.Holder == "c" {
 			t.Fatalf("%s still held by c", name)
 		}

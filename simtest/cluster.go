@@ -6,14 +6,13 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/flexiq/flexiq/actors"
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/cluster"
+	"github.com/flexiq/flexiq/cluster/clustertest"
 	"github.com/flexiq/flexiq/store"
 )
 
@@ -108,92 +107,21 @@ func (c *ClusterConfig) String() string {
 // ---------------------------------------------------------------------------
 // The shared ClusterStore
 
-// leaseModel is store.ClusterStore in memory with the contract's rules
-// (as cluster's tests model it). mu is also what the fence layer holds
-// across its check and its write: the model of PostgreSQL's FOR SHARE on
-// the lease row, or of the Redis script.
+// leaseModel is the shared ClusterStore (clustertest.MemStore); its Mu is
+// also what the fence layer holds across its check and its write: the
+// model of PostgreSQL's FOR SHARE on the lease row, or of the Redis script.
 type leaseModel struct {
-	mu      sync.Mutex
-	members map[string]store.Member
-	leases  map[string]store.Lease
+	*clustertest.MemStore
 }
 
-func newLeaseModel() *leaseModel {
-	return &leaseModel{members: map[string]store.Member{}, leases: map[string]store.Lease{}}
-}
-
-func (m *leaseModel) MemberHeartbeat(_ context.Context, p store.MemberHeartbeatParams) ([]store.Member, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.members[p.Node] = store.Member{Node: p.Node, Info: p.Info, Expires: p.Now.Add(p.TTL)}
-	var out []store.Member
-	for _, mem := range m.members {
-		if mem.Expires.After(p.Now) {
-			out = append(out, mem)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
-	return out, nil
-}
-
-func (m *leaseModel) MemberLeave(_ context.Context, node string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.members, node)
-	return nil
-}
-
-func (m *leaseModel) LeaseAcquire(_ context.Context, p store.LeaseAcquireParams) ([]store.Lease, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []store.Lease
-	for _, name := range p.Names {
-		l, ok := m.leases[name]
-		switch {
-		case !ok:
-			l = store.Lease{Name: name, Holder: p.Holder, Epoch: 1}
-		case l.Holder == p.Holder:
-		case l.Holder == "" || !l.Expires.After(p.Now):
-			l.Holder, l.Epoch = p.Holder, l.Epoch+1
-		default:
-			continue
-		}
-		l.Expires = p.Now.Add(p.TTL)
-		m.leases[name] = l
-		out = append(out, l)
-	}
-	return out, nil
-}
-
-func (m *leaseModel) LeaseRelease(_ context.Context, p store.LeaseReleaseParams) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, name := range p.Names {
-		if l, ok := m.leases[name]; ok && l.Holder == p.Holder {
-			l.Holder, l.Expires = "", time.Time{}
-			m.leases[name] = l
-		}
-	}
-	return nil
-}
-
-func (m *leaseModel) LeaseList(context.Context) ([]store.Lease, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]store.Lease, 0, len(m.leases))
-	for _, l := range m.leases {
-		out = append(out, l)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
-}
+func newLeaseModel() *leaseModel { return &leaseModel{clustertest.NewMemStore()} }
 
 // validLocked says whether f may write ns now: the lease it names is ns's
 // and is held by f's holder at f's epoch. Called with mu held (or from the
 // simulation's one goroutine, inside the fence layer's critical section).
 func (m *leaseModel) validLocked(ns string, f *store.Fence) (bool, string) {
 	name := cluster.LeaseName(cluster.PartitionOf(ns))
-	l := m.leases[name]
+	l := m.Leases[name]
 	switch {
 	case f == nil:
 		return false, fmt.Sprintf("no fence (lease %s held by %q at epoch %d)", name, l.Holder, l.Epoch)
@@ -233,8 +161,8 @@ func (f *fenceStore) fenced(op, ns string, fence *store.Fence) bool {
 }
 
 func (f *fenceStore) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams) ([][]api.EnqueueResult, error) {
-	f.s.leases.mu.Lock()
-	defer f.s.leases.mu.Unlock()
+	f.s.leases.Mu.Lock()
+	defer f.s.leases.Mu.Unlock()
 	if f.fenced("enqueue", p.Namespace, p.Fence) {
 		return nil, store.ErrFenced
 	}
@@ -242,8 +170,8 @@ func (f *fenceStore) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyP
 }
 
 func (f *fenceStore) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
-	f.s.leases.mu.Lock()
-	defer f.s.leases.mu.Unlock()
+	f.s.leases.Mu.Lock()
+	defer f.s.leases.Mu.Unlock()
 	if f.fenced("claim", p.Namespace, p.Fence) {
 		return nil, store.ErrFenced
 	}
@@ -251,8 +179,8 @@ func (f *fenceStore) JobClaimMany(ctx context.Context, p store.JobClaimManyParam
 }
 
 func (f *fenceStore) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
-	f.s.leases.mu.Lock()
-	defer f.s.leases.mu.Unlock()
+	f.s.leases.Mu.Lock()
+	defer f.s.leases.Mu.Unlock()
 	if f.fenced("update", p.Namespace, p.Fence) {
 		return nil, store.ErrFenced
 	}
