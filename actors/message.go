@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"sync/atomic"
 
 	"github.com/flexiq/flexiq/api"
@@ -123,3 +124,27 @@ func (nopObserver) Outcomes(string, api.Outcome, int) {}
 func (nopObserver) Refused(string, api.Reason)        {}
 func (nopObserver) Gauges(string, int64, int64)       {}
 func (nopObserver) Claimed(string, int)               {}
+
+// Ask sends a message of op to ns's actor through send and waits for the
+// answer: its body, or the actor's refusal (an *api.Error), or ctx's
+// error when the caller stops waiting first. Surfaces that may block (the
+// admin door, gRPC) use it; the NATS service never waits.
+func Ask(ctx context.Context, send func(ns string, m *Message), ns string, op Op, body any) (any, error) {
+	type answer struct {
+		body any
+		err  *api.Error
+	}
+	// Buffered: an answer that comes after the caller left must not block
+	// the actor.
+	ch := make(chan answer, 1)
+	send(ns, &Message{Op: op, Body: body, Reply: func(b any, e *api.Error) { ch <- answer{b, e} }})
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			return nil, a.err
+		}
+		return a.body, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}

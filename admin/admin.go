@@ -356,19 +356,9 @@ func queryBool(r *http.Request, name string) (*bool, error) {
 
 // ask sends a message to a namespace's actor and waits for its answer.
 func (s *Server) ask(ctx context.Context, ns string, op actors.Op, body any) (any, error) {
-	type answer struct {
-		body any
-		err  *api.Error
-	}
-	ch := make(chan answer, 1)
-	s.d.Actors.Send(ns, &actors.Message{Op: op, Body: body, Reply: func(b any, e *api.Error) { ch <- answer{b, e} }})
-	select {
-	case a := <-ch:
-		if a.err != nil {
-			return nil, a.err
-		}
-		return a.body, nil
-	case <-ctx.Done():
+	out, err := actors.Ask(ctx, s.d.Actors.Send, ns, op, body)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil, api.Errorf(api.CodeUnavailable, "", "request cancelled")
 	}
+	return out, err
 }

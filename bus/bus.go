@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	neturl "net/url"
 	"strconv"
@@ -192,6 +193,9 @@ type ConnectOptions struct {
 	// TLSCert is the embedded server's certificate, trusted when it is
 	// served with TLS.
 	TLSCert, TLSKey string
+	// Log gets the connection's asynchronous errors (a permission the
+	// server refused, a slow consumer) instead of nats.go's stderr.
+	Log *slog.Logger
 }
 
 // Connect dials the node's connection.
@@ -203,6 +207,15 @@ func Connect(o ConnectOptions) (*nats.Conn, error) {
 		// Replies to requests go out from actor goroutines; a large
 		// buffer rides out a short reconnect.
 		nats.ReconnectBufSize(64 << 20),
+	}
+	if o.Log != nil {
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			o.Log.Warn("nats", "subject", subject, "err", err)
+		}))
 	}
 	url := o.URL
 	if url == "" {

@@ -42,8 +42,17 @@ func PartitionOf(ns string) int {
 	return int(h.Sum32() % Partitions)
 }
 
+// leaseNames are the partitions' lease names, made once: Route runs on
+// every call.
+var leaseNames = func() (names [Partitions]string) {
+	for p := range names {
+		names[p] = "ns/" + strconv.Itoa(p)
+	}
+	return names
+}()
+
 // LeaseName is the lease of partition p.
-func LeaseName(p int) string { return "ns/" + strconv.Itoa(p) }
+func LeaseName(p int) string { return leaseNames[p] }
 
 // score is rendezvous hashing's weight of node for partition p.
 func score(node string, p int) uint64 {

@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/bus"
 )
 
 // docs is the text of every docs/*.md, and its lines.
@@ -324,5 +325,21 @@ func TestNoContractOutsideTheRepository(t *testing.T) {
 	}
 	if len(bad) > 0 {
 		t.Errorf("the repository must explain itself: cite docs/*.md, not a contract outside it:\n  %s", strings.Join(bad, "\n  "))
+	}
+}
+
+// README's external NATS server configuration is what fq-node nats-config
+// prints (and the tests run nats-server with): it cannot go stale.
+func TestREADMEShowsTheExternalServerConfig(t *testing.T) {
+	conf, err := bus.ExternalServerConfig("example-secret", "0.0.0.0:4222")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), conf) {
+		t.Fatal("README's external NATS server configuration differs from bus.ExternalServerConfig(\"example-secret\", \"0.0.0.0:4222\")")
 	}
 }

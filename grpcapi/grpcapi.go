@@ -168,23 +168,11 @@ func (s *Server) principal(ctx context.Context, a auth.Action) (auth.Principal, 
 // ask hands a request to ns's actor, as the NATS service does, and waits
 // for the answer or the end of the call.
 func (s *Server) ask(ctx context.Context, ns string, op actors.Op, body any) (any, error) {
-	type answer struct {
-		body any
-		err  *api.Error
-	}
-	// Buffered: an answer that comes after the caller left must not block
-	// the actor.
-	ch := make(chan answer, 1)
-	s.d.Actors.Send(ns, &actors.Message{Op: op, Body: body, Reply: func(b any, e *api.Error) { ch <- answer{b, e} }})
-	select {
-	case a := <-ch:
-		if a.err != nil {
-			return nil, a.err
-		}
-		return a.body, nil
-	case <-ctx.Done():
+	out, err := actors.Ask(ctx, s.d.Actors.Send, ns, op, body)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
+	return out, err
 }
 
 // renderErrors turns every error a flexiq.v1 handler returns into its

@@ -194,3 +194,18 @@ func (n *Node) leader() retention.Leader {
 	}
 	return retention.AlwaysLeader{}
 }
+
+// ClusterAddr is the embedded server's route listener ("" without one).
+func (n *Node) ClusterAddr() string {
+	if n.server == nil {
+		return ""
+	}
+	if a := n.server.ClusterAddr(); a != nil {
+		return a.String()
+	}
+	return ""
+}
+
+// Clustered reports whether the node shares its store with others (it
+// takes part in placement).
+func (n *Node) Clustered() bool { return n.cluster != nil }

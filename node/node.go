@@ -192,7 +192,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	n.nc, err = bus.Connect(bus.ConnectOptions{
 		URL: cfg.NATSURL, Server: n.server, Name: "flexiq-node-" + cfg.NodeID,
-		Secret: n.secret, Creds: cfg.NATSCreds, TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey,
+		Secret: n.secret, Creds: cfg.NATSCreds, TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey, Log: n.log,
 	})
 	if err != nil {
 		return n, err

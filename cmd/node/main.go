@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -72,6 +73,17 @@ func realMain(args []string, getenv func(string) string, stdout, stderr io.Write
 		fmt.Fprintf(stdout, "  root token: written to %s\n", f)
 	} else {
 		fmt.Fprintf(stdout, "  root token: from --root-token / FLEXIQ_ROOT_TOKEN\n")
+	}
+	switch {
+	case n.ClusterAddr() != "":
+		fmt.Fprintf(stdout, "  cluster:    %s routes on %s, %d route(s) given\n", cfg.ClusterName, n.ClusterAddr(), len(cfg.Routes))
+	case n.Clustered():
+		fmt.Fprintf(stdout, "  cluster:    shares its store (no routes of its own)\n")
+	default:
+		fmt.Fprintf(stdout, "  cluster:    none (a single node)\n")
+	}
+	if cfg.ClusterSecret == "" {
+		fmt.Fprintf(stdout, "  cluster secret: in %s\n", filepath.Join(cfg.DataDir, "cluster.secret"))
 	}
 	fmt.Fprintf(stdout, "  maintenance: %v\n", cfg.Maintenance)
 
