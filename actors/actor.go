@@ -239,6 +239,8 @@ func (a *Actor) step(ctx context.Context, msgs []*Message, now time.Time) {
 			}
 		case *api.ClaimRequest:
 			claims = append(claims, &ClaimCall{Msg: m, Req: *body, Deadline: now.Add(time.Duration(body.WaitMS) * time.Millisecond)})
+		case nil: // OpWake: loaded above, nothing more to do
+			m.respond(struct{}{}, nil)
 		default:
 			m.respond(nil, api.BadRequest("unsupported request %T", m.Body))
 		}

@@ -19,6 +19,10 @@ const (
 	OpNack
 	OpEvent
 	OpReplay
+	// OpWake asks nothing (Body nil): it only brings the namespace's actor
+	// up, which loads its running jobs and so expires their leases as
+	// they run out. A node sends it for the namespaces it takes over.
+	OpWake
 )
 
 func (o Op) String() string {
@@ -37,6 +41,8 @@ func (o Op) String() string {
 		return "event"
 	case OpReplay:
 		return "replay"
+	case OpWake:
+		return "wake"
 	}
 	return "unknown"
 }

@@ -3,6 +3,8 @@ package api
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
+	"strings"
 )
 
 // The v1 subjects. Every request subject is served by every node in queue
@@ -49,9 +51,63 @@ const (
 	SubjectInternal = "fq.internal.>"
 )
 
-// RequestSubjects are the subjects a client may publish to.
+// RequestSubjects are the plain request subjects: any node takes them.
 var RequestSubjects = []string{
 	SubjectEnqueue, SubjectClaim, SubjectHeartbeat, SubjectAck, SubjectNack, SubjectEvent, SubjectDeadReplay,
+}
+
+// Partition subjects (docs/protocol.md "Going straight to the owner"). In a
+// cluster every namespace hashes onto a partition and one node owns each.
+// The owner names the partition in its replies (HeaderPartition); a client
+// may then send its calls to SubjectPartition(p, subject), which only the
+// partition's owner subscribes to, so NATS delivers them there directly
+// instead of to any node that would forward them. The partition is a hint:
+// a node that takes a partition subject for a namespace it does not own
+// forwards it like any call, and a client that gets no responders there
+// (the partition moved) goes back to the plain subject.
+const (
+	// SubjectPartitionPrefix is followed by the partition number and the
+	// request subject's part after "fq.v1.".
+	SubjectPartitionPrefix = "fq.v1.p."
+	// HeaderPartition, on a reply, is the partition of the caller's
+	// namespace (a decimal number), set by a clustered node.
+	HeaderPartition = "Fq-Partition"
+	// MaxPartition bounds the partition a client may name.
+	MaxPartition = 1023
+)
+
+// SubjectPartition is subject (a request subject) sent straight to the
+// owner of partition p: fq.v1.p.<p>.<op>.
+func SubjectPartition(p int, subject string) string {
+	return SubjectPartitionPrefix + strconv.Itoa(p) + "." + strings.TrimPrefix(subject, "fq.v1.")
+}
+
+// PartitionSubjects are the partition forms of the request subjects a
+// client may publish to (fq.v1.p.*.enqueue and so on).
+var PartitionSubjects = func() []string {
+	out := make([]string, len(RequestSubjects))
+	for i, s := range RequestSubjects {
+		out[i] = SubjectPartitionPrefix + "*." + strings.TrimPrefix(s, "fq.v1.")
+	}
+	return out
+}()
+
+// ParsePartitionSubject splits a partition subject into its partition and
+// the request subject it stands for; ok is false for anything else.
+func ParsePartitionSubject(s string) (p int, subject string, ok bool) {
+	rest, found := strings.CutPrefix(s, SubjectPartitionPrefix)
+	if !found {
+		return 0, "", false
+	}
+	num, op, found := strings.Cut(rest, ".")
+	if !found || num == "" || len(num) > 4 {
+		return 0, "", false
+	}
+	p, err := strconv.Atoi(num)
+	if err != nil || p < 0 || p > MaxPartition {
+		return 0, "", false
+	}
+	return p, "fq.v1." + op, true
 }
 
 // DiscoverySubjects are the micro discovery verbs a client may publish to

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -97,9 +98,10 @@ func (a *ClientAuth) Check(c server.ClientAuthentication) bool {
 }
 
 // ClientPermissions are a client connection's: publish the request
-// subjects and the discovery verbs, subscribe below its private inbox.
+// subjects (plain and per partition) and the discovery verbs, subscribe
+// below its private inbox.
 func ClientPermissions(token string) *server.Permissions {
-	pub := append(append([]string{}, api.RequestSubjects...), api.DiscoverySubjects...)
+	pub := slices.Concat(api.RequestSubjects, api.PartitionSubjects, api.DiscoverySubjects)
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: pub},
 		Subscribe: &server.SubjectPermission{Allow: []string{api.InboxPrefix(token) + ".>"}},

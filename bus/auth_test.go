@@ -155,10 +155,21 @@ func TestAClientMayOnlyRequestAndReadItsOwnInbox(t *testing.T) {
 	if nc == nil {
 		t.Fatal("a live token cannot connect")
 	}
-	// What it may do: a request through its private inbox.
+	// What it may do: a request through its private inbox, on a request
+	// subject or its partition form.
 	reply, err := nc.Request(api.SubjectEnqueue, []byte("{}"), 5*time.Second)
 	if err != nil || string(reply.Data) != "ok" {
 		t.Fatalf("request: %v %v", reply, err)
+	}
+	if _, err := b.node.QueueSubscribe(api.SubjectPartitionPrefix+"5.>", api.QueueGroup, func(m *nats.Msg) { _ = m.Respond([]byte("ok")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.node.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	reply, err = nc.Request(api.SubjectPartition(5, api.SubjectAck), []byte("{}"), 5*time.Second)
+	if err != nil || string(reply.Data) != "ok" {
+		t.Fatalf("request on a partition subject: %v %v", reply, err)
 	}
 
 	got := make(chan *nats.Msg, 16)
@@ -175,6 +186,10 @@ func TestAClientMayOnlyRequestAndReadItsOwnInbox(t *testing.T) {
 		}},
 		{"queue-subscribe a request subject", func() error {
 			_, err := nc.QueueSubscribe(api.SubjectEnqueue, api.QueueGroup, collect)
+			return err
+		}},
+		{"queue-subscribe a partition subject", func() error {
+			_, err := nc.QueueSubscribe(api.SubjectPartitionPrefix+"5.>", api.QueueGroup, collect)
 			return err
 		}},
 		{"subscribe a broadcast", func() error { _, err := nc.Subscribe(api.SubjectQuotaChanged, collect); return err }},

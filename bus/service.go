@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,8 @@ type Service struct {
 	// the $SRV verbs): Stop waits until draining has removed them.
 	ownSubs  int
 	inflight atomic.Int64
+	// forwards counts calls this node passed on to their owner.
+	forwards atomic.Int64
 
 	// router, on a clustered node, says which node owns a namespace;
 	// calls for another node's namespace are forwarded there (nil: every
@@ -52,6 +55,14 @@ type Service struct {
 	nodeID   string
 	fwd      *nats.Subscription
 	handles  map[string]func(in inbound)
+
+	// psubs are the partition subjects this node listens on: those of
+	// the partitions it holds (followPartitions keeps them in step).
+	pmu       sync.Mutex
+	psubs     map[int]*nats.Subscription
+	pstop     chan struct{}
+	pdone     chan struct{}
+	pstopOnce sync.Once
 }
 
 // Router places namespaces on nodes (cluster.Cluster).
@@ -63,6 +74,10 @@ type Router interface {
 	Changed() <-chan struct{}
 	// Kick asks for a placement round now.
 	Kick()
+	// Partition is ns's partition.
+	Partition(ns string) int
+	// Partitions are the partitions this node holds now.
+	Partitions() []int
 }
 
 // inbound is a request as the service sees it: taken from a client through
@@ -132,8 +147,82 @@ func NewService(ctx context.Context, nc *nats.Conn, nodeID string, sender Sender
 			_ = svc.Stop()
 			return nil, fmt.Errorf("subscribe to forwarded calls: %w", err)
 		}
+		s.psubs = map[int]*nats.Subscription{}
+		s.pstop, s.pdone = make(chan struct{}), make(chan struct{})
+		go s.followPartitions()
 	}
 	return s, nil
+}
+
+// followPartitions keeps the partition subscriptions in step with the
+// partitions this node holds, after every placement round. A late
+// subscribe only costs a forward or a fallback to the plain subject; a
+// late unsubscribe only costs a forward: every call is routed on arrival.
+func (s *Service) followPartitions() {
+	defer close(s.pdone)
+	for {
+		changed := s.router.Changed()
+		s.syncPartitions(s.router.Partitions())
+		select {
+		case <-changed:
+		case <-s.pstop:
+			s.syncPartitions(nil)
+			return
+		case <-s.ctx.Done():
+			s.syncPartitions(nil)
+			return
+		}
+	}
+}
+
+// syncPartitions subscribes to the partition subjects of held and drops
+// the others.
+func (s *Service) syncPartitions(held []int) {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	keep := make(map[int]bool, len(held))
+	for _, p := range held {
+		keep[p] = true
+		if _, ok := s.psubs[p]; ok {
+			continue
+		}
+		// The queue group keeps a call single while two nodes briefly
+		// both listen during a hand-over.
+		sub, err := s.nc.QueueSubscribe(api.SubjectPartitionPrefix+strconv.Itoa(p)+".>", api.QueueGroup, s.partitioned)
+		if err != nil {
+			s.log.Warn("cannot subscribe to a partition subject", "partition", p, "err", err)
+			continue
+		}
+		s.psubs[p] = sub
+	}
+	for p, sub := range s.psubs {
+		if !keep[p] {
+			_ = sub.Unsubscribe()
+			delete(s.psubs, p)
+		}
+	}
+}
+
+// partitioned takes a call a client sent straight to a partition's owner.
+// It is routed like any call: the partition in the subject is only where
+// the client expected the owner to be.
+func (s *Service) partitioned(m *nats.Msg) {
+	_, subject, ok := api.ParsePartitionSubject(m.Subject)
+	h, known := s.handles[subject]
+	if !ok || !known {
+		s.publishReply(m.Reply, -1, nil, api.Errorf(api.CodeNotFound, "", "no such subject: %s", m.Subject))
+		return
+	}
+	h(inbound{subject: subject, data: m.Data, header: m.Header, reply: m.Reply})
+}
+
+// stopPartitions drops the partition subscriptions for good.
+func (s *Service) stopPartitions() {
+	if s.pstop == nil {
+		return
+	}
+	s.pstopOnce.Do(func() { close(s.pstop) })
+	<-s.pdone
 }
 
 // Forwarding headers: the subject the client called, and how many nodes
@@ -192,6 +281,7 @@ func (s *Service) route(in inbound, ns string, again func(inbound)) bool {
 		}
 		msg.Header.Set(headerForwardSubject, in.subject)
 		msg.Header.Set(headerForwardHops, strconv.Itoa(in.hops+1))
+		s.forwards.Add(1)
 		if err := s.nc.PublishMsg(msg); err != nil {
 			s.fail(in, api.Errorf(api.CodeUnavailable, "", "cannot forward to the node owning the namespace: %v", err))
 		}
@@ -264,10 +354,14 @@ func (s *Service) handle(op actors.Op, act auth.Action, newBody func() validator
 			return
 		}
 		reply := in.reply
+		part := -1
+		if s.router != nil {
+			part = s.router.Partition(p.Namespace)
+		}
 		s.inflight.Add(1)
 		if sp, ok := v.(splitter); ok {
 			if parts := sp.parts(); parts != nil {
-				s.sendParts(p.Namespace, op, reply, sp, parts)
+				s.sendParts(p.Namespace, op, reply, part, sp, parts)
 				return
 			}
 		}
@@ -276,7 +370,7 @@ func (s *Service) handle(op actors.Op, act auth.Action, newBody func() validator
 			Body: v.body(),
 			Reply: func(body any, e *api.Error) {
 				defer s.inflight.Add(-1)
-				s.publishReply(reply, body, e)
+				s.publishReply(reply, part, body, e)
 			},
 		})
 	}
@@ -291,7 +385,7 @@ type splitter interface {
 	gather(errs []*api.Error) any
 }
 
-func (s *Service) sendParts(ns string, op actors.Op, reply string, sp splitter, parts []any) {
+func (s *Service) sendParts(ns string, op actors.Op, reply string, partition int, sp splitter, parts []any) {
 	errs := make([]*api.Error, len(parts))
 	var left atomic.Int64
 	left.Store(int64(len(parts)))
@@ -305,7 +399,7 @@ func (s *Service) sendParts(ns string, op actors.Op, reply string, sp splitter, 
 				errs[i] = e
 				if left.Add(-1) == 0 {
 					defer s.inflight.Add(-1)
-					s.publishReply(reply, sp.gather(errs), nil)
+					s.publishReply(reply, partition, sp.gather(errs), nil)
 				}
 			},
 		})
@@ -316,7 +410,7 @@ func (s *Service) sendParts(ns string, op actors.Op, reply string, sp splitter, 
 // count the error; by publishing for a forwarded one.
 func (s *Service) fail(in inbound, e *api.Error) {
 	if in.req == nil {
-		s.publishReply(in.reply, nil, e)
+		s.publishReply(in.reply, -1, nil, e)
 		return
 	}
 	body, _ := api.Marshal(api.ErrorBody{Error: e})
@@ -336,14 +430,20 @@ func errorHeader(e *api.Error) string {
 
 // publishReply answers asynchronously. It publishes on the connection
 // itself rather than through micro.Request, whose bookkeeping is not safe
-// to touch once the handler has returned.
-func (s *Service) publishReply(reply string, body any, e *api.Error) {
+// to touch once the handler has returned. part (when not -1) is the
+// caller's partition, named so its next calls can come straight here.
+func (s *Service) publishReply(reply string, part int, body any, e *api.Error) {
 	if reply == "" {
 		return
 	}
 	msg := &nats.Msg{Subject: reply}
+	if part >= 0 {
+		msg.Header = nats.Header{api.HeaderPartition: []string{strconv.Itoa(part)}}
+	}
 	if e != nil {
-		msg.Header = nats.Header{}
+		if msg.Header == nil {
+			msg.Header = nats.Header{}
+		}
 		msg.Header.Set(api.HeaderErrorCode, strconv.Itoa(api.HTTPStatus(e.Code)))
 		msg.Header.Set(api.HeaderError, errorHeader(e))
 		msg.Data, _ = api.Marshal(api.ErrorBody{Error: e})
@@ -365,6 +465,7 @@ func (s *Service) publishReply(reply string, body any, e *api.Error) {
 // returns when the drain is done (or ctx ends). The actors then answer
 // what they hold; the connection must stay open until they have.
 func (s *Service) Stop(ctx context.Context) error {
+	s.stopPartitions()
 	target := s.nc.NumSubscriptions() - s.ownSubs
 	if err := s.svc.Stop(); err != nil {
 		return fmt.Errorf("stop flexiq service: %w", err)
@@ -388,6 +489,10 @@ func (s *Service) StopForwarding() {
 		_ = s.fwd.Unsubscribe()
 	}
 }
+
+// Forwarded reports how many calls this node has passed on to the node
+// owning their namespace (flexiq_calls_forwarded_total).
+func (s *Service) Forwarded() int64 { return s.forwards.Load() }
 
 // Inflight reports requests handed to actors and not yet answered.
 func (s *Service) Inflight() int64 { return s.inflight.Load() }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,6 +34,12 @@ type Client struct {
 	// to send the reply while the client was away. It fails at once with
 	// ErrConnectionLost instead of waiting out its timeout. Requests made
 	// after the drop get a new lost and go out on reconnection.
+	// part is the partition of the token's namespace as its owner last
+	// named it (api.HeaderPartition), -1 before any: calls then go to
+	// that partition's subject, straight to the owner node, instead of
+	// to any node that would forward them (docs/protocol.md).
+	part atomic.Int64
+
 	mu      sync.Mutex
 	lost    context.Context
 	drop    context.CancelCauseFunc
@@ -49,6 +56,7 @@ var ErrConnectionLost = errors.New("connection to NATS lost before the reply")
 // status until nc closes (Close closes it).
 func New(nc *nats.Conn, token string) *Client {
 	c := &Client{nc: nc, token: token, Timeout: 10 * time.Second, watched: make(chan struct{})}
+	c.part.Store(-1)
 	c.lost, c.drop = context.WithCancelCause(context.Background())
 	c.status = nc.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
 	go c.watch()
@@ -135,9 +143,7 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) error 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(lost, func() { cancel(context.Cause(lost)) })()
-	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
-	msg.Header.Set(api.HeaderAuthorization, "Bearer "+c.token)
-	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	reply, err := c.request(ctx, subject, data)
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, ErrConnectionLost) {
 			err = cause
@@ -154,6 +160,41 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) error 
 		return fmt.Errorf("decode %s reply: %w", subject, err)
 	}
 	return nil
+}
+
+// request sends one call: to the owner's partition subject when a reply
+// has named it, else (or when nobody listens there any more: the
+// partition moved) to the plain subject any node takes.
+func (c *Client) request(ctx context.Context, subject string, data []byte) (*nats.Msg, error) {
+	auth := []string{"Bearer " + c.token}
+	if p := c.part.Load(); p >= 0 {
+		msg := &nats.Msg{Subject: api.SubjectPartition(int(p), subject), Data: data, Header: nats.Header{api.HeaderAuthorization: auth}}
+		reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+		if !errors.Is(err, nats.ErrNoResponders) {
+			c.notePartition(reply)
+			return reply, err
+		}
+		// Nobody took it, so nobody acted on it: send it again below.
+		c.part.CompareAndSwap(p, -1)
+	}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{api.HeaderAuthorization: auth}}
+	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	c.notePartition(reply)
+	return reply, err
+}
+
+// notePartition keeps the partition a reply names.
+func (c *Client) notePartition(reply *nats.Msg) {
+	if reply == nil || reply.Header == nil {
+		return
+	}
+	v := reply.Header.Get(api.HeaderPartition)
+	if v == "" {
+		return
+	}
+	if p, err := strconv.Atoi(v); err == nil && p >= 0 && p <= api.MaxPartition {
+		c.part.Store(int64(p))
+	}
 }
 
 // replyError extracts the error of a failed request: the JSON body when it

@@ -51,6 +51,22 @@ var leaseNames = func() (names [Partitions]string) {
 	return names
 }()
 
+// partitionOfLease maps a partition's lease name back to the partition.
+var partitionOfLease = func() map[string]int {
+	m := make(map[string]int, Partitions)
+	for p, name := range leaseNames {
+		m[name] = p
+	}
+	return m
+}()
+
+// PartitionOfLease is the partition whose lease is name; ok is false for
+// any other lease (the maintenance lease).
+func PartitionOfLease(name string) (p int, ok bool) {
+	p, ok = partitionOfLease[name]
+	return p, ok
+}
+
 // LeaseName is the lease of partition p.
 func LeaseName(p int) string { return leaseNames[p] }
 
@@ -144,6 +160,11 @@ type Config struct {
 	// OnLost is told of partitions this node stopped owning (released,
 	// expired or taken), so their actors stop.
 	OnLost func(leases []string)
+	// OnGained is told of the partitions this node took (or took again at
+	// a new epoch) in a round, so it can wake their namespaces' actors:
+	// a dead owner's claims then come back as their leases run out,
+	// whether or not a call for the namespace arrives.
+	OnGained func(partitions []int)
 }
 
 // Cluster is one node's view of the cluster and its loop.
@@ -296,9 +317,14 @@ func (c *Cluster) Tick(ctx context.Context) {
 	until := start.Add(c.cfg.TTL - c.margin())
 	c.mu.Lock()
 	now := map[string]heldLease{}
+	var gained []int
 	for _, l := range got {
-		if old, ok := c.held[l.Name]; ok && old.epoch != l.Epoch {
+		old, ok := c.held[l.Name]
+		if ok && old.epoch != l.Epoch {
 			lost = append(lost, l.Name) // taken and retaken: what ran under the old epoch is stale
+		}
+		if p, isPartition := partitionOfLease[l.Name]; isPartition && (!ok || old.epoch != l.Epoch) {
+			gained = append(gained, p)
 		}
 		now[l.Name] = heldLease{epoch: l.Epoch, until: until}
 		leases[l.Name] = l
@@ -316,6 +342,9 @@ func (c *Cluster) Tick(ctx context.Context) {
 	c.mu.Unlock()
 	if len(lost) > 0 && c.cfg.OnLost != nil {
 		c.cfg.OnLost(lost)
+	}
+	if len(gained) > 0 && c.cfg.OnGained != nil {
+		c.cfg.OnGained(gained)
 	}
 }
 
@@ -360,6 +389,24 @@ func (c *Cluster) Route(ns string) (owner string, fence *store.Fence, mine bool)
 func (c *Cluster) Owner(ns string) (string, bool) {
 	owner, _, mine := c.Route(ns)
 	return owner, mine
+}
+
+// Partition is ns's partition (PartitionOf).
+func (c *Cluster) Partition(ns string) int { return PartitionOf(ns) }
+
+// Partitions are the partitions this node holds and may act on now, in
+// order.
+func (c *Cluster) Partitions() []int {
+	now := c.cfg.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []int
+	for p := range Partitions {
+		if h, ok := c.held[leaseNames[p]]; ok && now.Before(h.until) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Changed is closed after the next tick.

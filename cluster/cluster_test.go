@@ -29,11 +29,13 @@ type testCluster struct {
 	clk   *clock
 	nodes map[string]*Cluster
 	lost  map[string][]string
-	mu    sync.Mutex
+	// gained are the partitions each node was told it took, in order.
+	gained map[string][]int
+	mu     sync.Mutex
 }
 
 func newTestCluster(names ...string) *testCluster {
-	tc := &testCluster{st: clustertest.NewMemStore(), clk: &clock{now: time.Unix(1_700_000_000, 0)}, nodes: map[string]*Cluster{}, lost: map[string][]string{}}
+	tc := &testCluster{st: clustertest.NewMemStore(), clk: &clock{now: time.Unix(1_700_000_000, 0)}, nodes: map[string]*Cluster{}, lost: map[string][]string{}, gained: map[string][]int{}}
 	for _, n := range names {
 		tc.add(n, true)
 	}
@@ -45,6 +47,11 @@ func (tc *testCluster) add(name string, maintenance bool) *Cluster {
 		OnLost: func(l []string) {
 			tc.mu.Lock()
 			tc.lost[name] = append(tc.lost[name], l...)
+			tc.mu.Unlock()
+		},
+		OnGained: func(p []int) {
+			tc.mu.Lock()
+			tc.gained[name] = append(tc.gained[name], p...)
 			tc.mu.Unlock()
 		}})
 	tc.nodes[name] = c
@@ -157,6 +164,46 @@ func TestADeadNodesShareMovesAfterItsLeasesExpire(t *testing.T) {
 		if before[p] != "c" && tc.st.Leases[LeaseName(p)].Holder != before[p] {
 			t.Fatalf("partition %d moved from %s, which did not die", p, before[p])
 		}
+	}
+}
+
+// A node is told once of each partition it takes (not of renewals), so it
+// can wake the namespaces there: a dead node's partitions are reported to
+// the nodes that take them.
+func TestANodeIsToldOfThePartitionsItTakes(t *testing.T) {
+	tc := newTestCluster("a", "b", "c")
+	settle(t, tc, 6, "a", "b", "c")
+	held := func(n string) map[int]bool {
+		out := map[int]bool{}
+		for _, p := range tc.nodes[n].Partitions() {
+			out[p] = true
+		}
+		return out
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		seen := map[int]int{}
+		for _, p := range tc.gained[n] {
+			seen[p]++
+		}
+		for p := range held(n) {
+			if seen[p] != 1 {
+				t.Fatalf("%s holds partition %d and was told of it %d times", n, p, seen[p])
+			}
+		}
+	}
+	cHeld := held("c")
+	before := map[string]int{"a": len(tc.gained["a"]), "b": len(tc.gained["b"])}
+	settle(t, tc, 16, "a", "b") // c dies; its leases run out
+	for _, n := range []string{"a", "b"} {
+		for _, p := range tc.gained[n][before[n]:] {
+			if !cHeld[p] {
+				t.Fatalf("%s was told it took partition %d, which was not c's", n, p)
+			}
+			delete(cHeld, p)
+		}
+	}
+	if len(cHeld) != 0 {
+		t.Fatalf("c's partitions %v were taken by no one that was told", cHeld)
 	}
 }
 

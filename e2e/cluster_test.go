@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -466,6 +467,41 @@ func TestClusterSurvivesKill9(t *testing.T) {
 	})
 }
 
+// The jobs a killed owner had claimed come back when their leases run out
+// even if no call for their namespace ever reaches the new owner: the
+// node that takes the partition wakes the namespace's actor itself.
+func TestClusterDeadOwnersClaimsComeBackUnasked(t *testing.T) {
+	eachSharedBackend(t, func(t *testing.T) {
+		c := startCluster(t, 3)
+		admin, prod, work := c.token("acme", "admin"), c.token("acme", "producer"), c.token("acme", "worker")
+		victim, survivors := c.ownerOf("acme", c.members)
+		p, w := c.clients(prod, survivors[0])[0], c.clients(work, survivors[0])[0]
+		for i := 0; i < 5; i++ {
+			if _, err := p.Enqueue(ctx(t), job("q", "t")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		claimed, err := w.Claim(ctx(t), api.ClaimRequest{Queues: []string{"q"}, Max: 5, LeaseMS: 1000})
+		if err != nil || len(claimed) != 5 {
+			t.Fatalf("claim: %d %v", len(claimed), err)
+		}
+		victim.signal(syscall.SIGKILL)
+		// From here on, only the admin door's usage (read from the store,
+		// not through the namespace's actor) is asked.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			u := c.usage(survivors[0], admin)
+			if u.Usage.Running == 0 && u.Usage.Pending == 5 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("30 s after the owner died, with no call for its namespace: %+v", u.Usage)
+			}
+			waitFor(100 * time.Millisecond)
+		}
+	})
+}
+
 // SIGTERM hands a node's namespaces over: producers and workers on the
 // other nodes see no failed call.
 func TestClusterGracefulLeave(t *testing.T) {
@@ -742,6 +778,94 @@ func BenchmarkClusterThroughput(b *testing.B) {
 			})
 		}
 	}
+}
+
+// metric is the value of a counter or gauge without labels on m's
+// /metrics.
+func (c *testCluster) metric(m *member, name string) float64 {
+	c.t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+m.admin+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+clusterRoot)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	c.t.Fatalf("no %s on %s", name, m.id)
+	return 0
+}
+
+// A client's calls go straight to its namespace's owner once the owner has
+// named its partition: a client connected through another node's server
+// makes that node forward nothing. Claims and acks too.
+func TestClusterCallsGoStraightToTheOwner(t *testing.T) {
+	eachSharedBackend(t, func(t *testing.T) {
+		c := startCluster(t, 3)
+		prod, work := c.token("acme", "producer"), c.token("acme", "worker")
+		_, rest := c.ownerOf("acme", c.members)
+		via := rest[0]
+
+		// Wait until the owner listens on the partition's subjects, as
+		// seen through via's server.
+		nc, err := nats.Connect(via.natsURL(), client.ConnectOptions(prod)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		req := func(subject string) (*nats.Msg, error) {
+			m := &nats.Msg{Subject: subject, Data: []byte(`{"jobs":[{"queue":"q","task":"t"}]}`), Header: nats.Header{}}
+			m.Header.Set(api.HeaderAuthorization, "Bearer "+prod)
+			return nc.RequestMsg(m, 10*time.Second)
+		}
+		first, err := req(api.SubjectEnqueue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		part, err := strconv.Atoi(first.Header.Get(api.HeaderPartition))
+		if err != nil {
+			t.Fatalf("the reply names no partition: %v", first.Header)
+		}
+		for {
+			_, err := req(api.SubjectPartition(part, api.SubjectEnqueue))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, nats.ErrNoResponders) {
+				t.Fatal(err)
+			}
+			waitFor(10 * time.Millisecond)
+		}
+
+		p, w := c.clients(prod, via)[0], c.clients(work, via)[0]
+		if _, err := p.Enqueue(ctx(t), job("q", "t")); err != nil { // learns the partition
+			t.Fatal(err)
+		}
+		before := c.metric(via, "flexiq_calls_forwarded_total")
+		for i := 0; i < 50; i++ {
+			if _, err := p.Enqueue(ctx(t), job("q", "t")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 0; i < 20; i++ {
+			jobs := claim(t, w, 1, "q")
+			if err := w.Ack(ctx(t), jobs[0].ID, jobs[0].Attempt, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := c.metric(via, "flexiq_calls_forwarded_total") - before; got > 1 {
+			// The worker's first claim may go through via: it has not
+			// learnt the partition yet.
+			t.Fatalf("%s forwarded %v calls of clients that knew their partition, want at most the worker's first", via.id, got)
+		}
+	})
 }
 
 // gRPC calls through a node that does not own the namespace reach its

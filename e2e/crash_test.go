@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -182,5 +183,59 @@ func TestCrashLosesNoAcknowledgedEnqueue(t *testing.T) {
 			return true
 		})
 		t.Logf("%d enqueues acknowledged, %d of them on retry after the crash found landed", producers*perProducer, dedup)
+	})
+}
+
+// A node that restarts after a crash gives back the jobs it had handed out
+// once their leases run out, even if no call for their namespace comes:
+// it wakes the namespaces that have running jobs when it starts.
+func TestRestartAfterCrashBringsClaimsBackUnasked(t *testing.T) {
+	eachBackend(t, func(t *testing.T) {
+		bin, err := fqNode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		p := &proc{t: t, bin: bin, dir: dir, storeURL: storeURLFor(t, dir), natsAddr: freeAddr(t), admin: freeAddr(t), grpc: freeAddr(t), root: "fq_root_crash_test"}
+		p.start()
+		c, err := client.Connect("nats://"+p.natsAddr, p.root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			if _, err := c.Enqueue(ctx(t), job("q", "t")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, err := c.Claim(ctx(t), api.ClaimRequest{Queues: []string{"q"}, Max: 3, LeaseMS: 1000}); err != nil || len(got) != 3 {
+			t.Fatalf("claim: %d %v", len(got), err)
+		}
+		c.Close()
+		p.kill()
+		p.start()
+		defer p.kill()
+		// Only the admin door's usage, read from the store, is asked.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			req, _ := http.NewRequest("GET", "http://"+p.admin+"/v1/usage", nil)
+			req.Header.Set("Authorization", "Bearer "+p.root)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var u usageReply
+			err = json.NewDecoder(resp.Body).Decode(&u)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u.Usage.Running == 0 && u.Usage.Pending == 3 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("30 s after the restart, with no call: %+v", u.Usage)
+			}
+			waitFor(100 * time.Millisecond)
+		}
 	})
 }

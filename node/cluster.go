@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/flexiq/flexiq/auth"
 	"github.com/flexiq/flexiq/bus"
 	"github.com/flexiq/flexiq/cluster"
@@ -104,13 +106,12 @@ func (n *Node) startCluster(ctx context.Context) error {
 			}
 			return info
 		},
+		OnGained: func(parts []int) { n.adopt.add(parts, false) },
 		OnLost: func(leases []string) {
 			lost := map[int]bool{}
 			for _, l := range leases {
-				for p := 0; p < cluster.Partitions; p++ {
-					if cluster.LeaseName(p) == l {
-						lost[p] = true
-					}
+				if p, ok := cluster.PartitionOfLease(l); ok {
+					lost[p] = true
 				}
 			}
 			evictCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -209,3 +210,13 @@ func (n *Node) ClusterAddr() string {
 // Clustered reports whether the node shares its store with others (it
 // takes part in placement).
 func (n *Node) Clustered() bool { return n.cluster != nil }
+
+// countForwards exports how many calls this node passed on to their
+// namespace's owner: with clients that follow the owner's partition hint
+// it stays near zero (docs/cluster.md "Calls go straight to the owner").
+func (n *Node) countForwards() {
+	n.Metrics.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "flexiq_calls_forwarded_total",
+		Help: "Client calls this node forwarded to the node owning their namespace.",
+	}, func() float64 { return float64(n.service.Forwarded()) }))
+}

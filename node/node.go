@@ -118,14 +118,16 @@ type Node struct {
 	clusterCtx    context.Context
 	clusterCancel context.CancelFunc
 	clusterBG     sync.WaitGroup
-	sender        *bus.RoutedSender
-	adminURL      atomic.Value // string, once the admin door listens
-	internal      *nats.Subscription
-	sysNC         *nats.Conn
-	authn         *auth.Authenticator
-	secret        string
-	rootToken     string
-	tokenFile     string
+	// adopt wakes the namespaces with running jobs this node takes over.
+	adopt     *adoption
+	sender    *bus.RoutedSender
+	adminURL  atomic.Value // string, once the admin door listens
+	internal  *nats.Subscription
+	sysNC     *nats.Conn
+	authn     *auth.Authenticator
+	secret    string
+	rootToken string
+	tokenFile string
 
 	cancel   context.CancelFunc
 	bg       sync.WaitGroup
@@ -144,7 +146,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if cfg.Store == "" {
 		cfg.Store = "sqlite://" + filepath.Join(cfg.DataDir, "flexiq.db")
 	}
-	n = &Node{cfg: cfg, log: cfg.Log.With("node", cfg.NodeID)}
+	n = &Node{cfg: cfg, log: cfg.Log.With("node", cfg.NodeID), adopt: newAdoption()}
 	defer func() {
 		if err != nil {
 			n.Stop(context.Background())
@@ -227,6 +229,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	n.Actors = actors.NewSystem(runCtx, deps)
 	n.runCluster()
+	n.startAdoption(runCtx)
 	n.sender = &bus.RoutedSender{NC: n.nc, Local: n.Actors, Router: router, Log: n.log}
 	if router != nil {
 		if n.internal, err = bus.ServeInternalOps(n.nc, cfg.NodeID, n.Actors, n.Cache, n.log); err != nil {
@@ -245,6 +248,9 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	if n.server != nil {
 		n.service.SetInterest(n.server.GlobalAccount().SubscriptionInterest)
+	}
+	if router != nil {
+		n.countForwards()
 	}
 	if err := n.nc.Flush(); err != nil {
 		return n, fmt.Errorf("nats: %w", err)

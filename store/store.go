@@ -67,6 +67,11 @@ type JobStore interface {
 	// JobListRunning returns a namespace's running jobs (for an actor
 	// rebuilding its running counts and leases).
 	JobListRunning(ctx context.Context, namespace string) ([]Job, error)
+	// JobRunningNamespaces returns, in no order, every namespace that has
+	// running jobs: a node taking over namespaces (or starting after a
+	// crash) wakes their actors so the leases of a dead node's claims run
+	// out and the jobs come back, without waiting for a call.
+	JobRunningNamespaces(ctx context.Context) ([]string, error)
 	// JobListDeadRetryable returns dead letters of queue that died at or
 	// before DeadBefore, are not shed, did not die with retry:false and
 	// were replayed fewer than MaxReplays times, oldest first.

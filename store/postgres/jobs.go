@@ -908,6 +908,20 @@ func (s *Store) JobListRunning(ctx context.Context, namespace string) ([]store.J
 	return s.jobs(ctx, "JobListRunning", `SELECT `+jobCols+` FROM jobs WHERE namespace = $1 AND status = 1 ORDER BY seq`, namespace)
 }
 
+// JobRunningNamespaces lists the namespaces with running jobs (through
+// the partial index jobs_running).
+func (s *Store) JobRunningNamespaces(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT namespace FROM jobs WHERE status = 1`)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: JobRunningNamespaces: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("postgres: JobRunningNamespaces: %w", err)
+	}
+	return out, nil
+}
+
 // JobListDeadRetryable lists dead letters due for an auto-retry.
 func (s *Store) JobListDeadRetryable(ctx context.Context, p store.JobListDeadRetryableParams) ([]store.Job, error) {
 	var limit any // NULL: no limit

@@ -561,6 +561,42 @@ func (s *Store) JobListRunning(ctx context.Context, namespace string) ([]store.J
 	return jobs, wrap("JobListRunning", err)
 }
 
+// JobRunningNamespaces lists the namespaces with running jobs: those whose
+// running index (P run:E) exists, since Redis drops an empty sorted set.
+// It scans the keyspace (about one round trip per 1 000 keys), which is
+// fine for what calls it: a node taking over partitions, or starting.
+func (s *Store) JobRunningNamespaces(ctx context.Context) ([]string, error) {
+	head := s.p + "run:"
+	var out []string
+	iter := s.c.ScanType(ctx, 0, globEscape(head)+"*", 1000, "zset").Iterator()
+	for iter.Next(ctx) {
+		rest := strings.TrimPrefix(iter.Val(), head)
+		n, ns, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		if l, err := strconv.Atoi(n); err == nil && l == len(ns) {
+			out = append(out, ns)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return nil, wrap("JobRunningNamespaces", err)
+	}
+	return out, nil
+}
+
+// globEscape quotes what SCAN's MATCH pattern would read as a wildcard.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 // JobListDeadRetryable lists dead letters due for an auto-retry.
 func (s *Store) JobListDeadRetryable(ctx context.Context, p store.JobListDeadRetryableParams) ([]store.Job, error) {
 	v, err := s.run(ctx, scriptDeadRetryable, enc(p.Namespace), p.Queue, usStr(p.DeadBefore),

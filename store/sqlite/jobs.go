@@ -1029,6 +1029,27 @@ func (s *Store) JobListRunning(ctx context.Context, namespace string) ([]store.J
 // namespace in seq order through jobs_ns_seq to save sorting a few rows.
 const listRunningSQL = `SELECT ` + jobCols + ` FROM jobs INDEXED BY jobs_running WHERE namespace = ? AND status = 1 ORDER BY seq`
 
+// JobRunningNamespaces lists the namespaces with running jobs.
+func (s *Store) JobRunningNamespaces(ctx context.Context) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT namespace FROM jobs INDEXED BY jobs_running WHERE status = 1`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: JobRunningNamespaces: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var ns string
+		if err := rows.Scan(&ns); err != nil {
+			return nil, fmt.Errorf("sqlite: JobRunningNamespaces: %w", err)
+		}
+		out = append(out, ns)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: JobRunningNamespaces: %w", err)
+	}
+	return out, nil
+}
+
 // JobListDeadRetryable lists dead letters due for an auto-retry.
 func (s *Store) JobListDeadRetryable(ctx context.Context, p store.JobListDeadRetryableParams) ([]store.Job, error) {
 	limit := p.Limit

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -144,6 +145,32 @@ func exerciseRead(t *testing.T, newStore Factory) {
 			}
 		}
 		wantSameIDs(t, "JobListRunning of the other namespace", listRunning(t, s, nsB), "rb")
+	})
+
+	t.Run("JobRunningNamespaces", func(t *testing.T) {
+		s := newStore(t, nil)
+		wantNamespaces := func(what string, want ...string) {
+			t.Helper()
+			got, err := s.JobRunningNamespaces(t.Context())
+			if err != nil {
+				t.Fatalf("%s: JobRunningNamespaces: %v", what, err)
+			}
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: JobRunningNamespaces = %q, want %q", what, got, want)
+			}
+		}
+		wantNamespaces("an empty store")
+		listFixture(t, s) // nsA has one running job, nsB pending ones only
+		odd := "odd:ns*[x]?"
+		rb := runJob(t, s, nsB, base, with(newJob("rb"), func(j *store.NewJob) { j.Queue = "q9" }))
+		runJob(t, s, odd, base, newJob("ro"))
+		runJob(t, s, odd, base, newJob("ro2"))
+		completeJob(t, s, "done", base, newJob("c"))
+		wantNamespaces("after claims", nsA, nsB, odd)
+		killRunning(t, s, nsB, at(time.Second), rb, false)
+		wantNamespaces("after nsB's running job died", nsA, odd)
 	})
 
 	t.Run("JobListDeadRetryable", func(t *testing.T) {

@@ -36,6 +36,21 @@ export const Limits = Object.freeze({
 });
 
 const HEADER_AUTHORIZATION = "Authorization";
+// A clustered node names the partition of the caller's namespace in its
+// replies; the next calls go to fq.v1.p.<partition>.<op>, which only that
+// partition's owner takes (docs/protocol.md "Going straight to the owner").
+const HEADER_PARTITION = "Fq-Partition";
+const MAX_PARTITION = 1023;
+
+/**
+ * The partition form of a request subject: fq.v1.p.<p>.<op>.
+ * @param {number} p
+ * @param {string} subject
+ * @returns {string}
+ */
+export function partitionSubject(p, subject) {
+  return "fq.v1.p." + p + "." + subject.slice("fq.v1.".length);
+}
 const HEADER_ERROR_CODE = "Nats-Service-Error-Code";
 const HEADER_ERROR = "Nats-Service-Error";
 
@@ -235,7 +250,7 @@ export class Client {
           onAbort = () => reject(signal.reason);
           signal.addEventListener("abort", onAbort, { once: true });
         }
-        this.#nc.request(subject, data, { timeout, headers: h }).then(resolve, reject);
+        this.#send(subject, data, { timeout, headers: h }).then(resolve, reject);
       });
     } catch (err) {
       if (signal?.aborted && err === signal.reason) throw err;
@@ -254,6 +269,44 @@ export class Client {
     } catch (err) {
       throw new Error(`decode ${subject} reply: ${errorText(err)}`, { cause: err });
     }
+  }
+
+  /** The partition the owner last named (-1: none yet). */
+  #partition = -1;
+
+  /**
+   * Sends to the owner's partition subject when a reply has named it, else
+   * (or when nobody listens there any more: the partition moved) to the
+   * plain subject any node takes.
+   * @param {string} subject
+   * @param {Uint8Array} data
+   * @param {{timeout: number, headers: any}} opts
+   */
+  async #send(subject, data, opts) {
+    const p = this.#partition;
+    if (p >= 0) {
+      try {
+        return this.#note(await this.#nc.request(partitionSubject(p, subject), data, opts));
+      } catch (err) {
+        // Nobody took it, so nobody acted on it: send it again below.
+        if (!(err instanceof natsErrors.RequestError && err.isNoResponders())) throw err;
+        if (this.#partition === p) this.#partition = -1;
+      }
+    }
+    return this.#note(await this.#nc.request(subject, data, opts));
+  }
+
+  /**
+   * Keeps the partition a reply names.
+   * @param {import("@nats-io/transport-node").Msg} msg
+   */
+  #note(msg) {
+    const v = header(msg, HEADER_PARTITION);
+    if (v && /^[0-9]{1,4}$/.test(v)) {
+      const p = Number(v);
+      if (p <= MAX_PARTITION) this.#partition = p;
+    }
+    return msg;
   }
 
   /**

@@ -1,0 +1,104 @@
+// The client follows the partition a clustered node names in its replies
+// (docs/protocol.md "Going straight to the owner"): its next calls go to
+// fq.v1.p.<partition>.<op>, and back to the plain subject when nobody
+// listens there. A scripted connection stands in for NATS, so the test
+// sees exactly which subject each call went to; the Go end-to-end tests
+// cover the same against real clustered nodes.
+
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+
+import { errors as natsErrors } from "@nats-io/transport-node";
+
+import { Client } from "../src/index.js";
+
+const encoder = new TextEncoder();
+
+/** A reply message with the given headers and JSON body. */
+function reply(body, headers = {}) {
+  const h = new Map(Object.entries(headers));
+  return { data: encoder.encode(JSON.stringify(body)), headers: { keys: () => [...h.keys()], get: (k) => h.get(k) ?? "" } };
+}
+
+/** A connection whose request() answers from script(subject). */
+function scripted(script) {
+  const subjects = [];
+  let close;
+  const closed = new Promise((resolve) => (close = resolve));
+  return {
+    subjects,
+    close,
+    info: { max_payload: 1 << 20 },
+    isClosed: () => false,
+    status() {
+      return (async function* () {
+        await closed;
+      })();
+    },
+    async request(subject) {
+      subjects.push(subject);
+      return script(subject);
+    },
+  };
+}
+
+const enqueued = { results: [{ id: "j1", outcome: "enqueued" }] };
+
+describe("partition hint", () => {
+  it("sends to the named partition, then falls back when nobody listens there", async () => {
+    let listening = true;
+    const nc = scripted((subject) => {
+      if (subject === "fq.v1.p.7.enqueue" && !listening) {
+        throw new natsErrors.RequestError("no responders", { cause: new natsErrors.NoRespondersError(subject) });
+      }
+      return reply(enqueued, { "Fq-Partition": "7" });
+    });
+    const c = new Client(nc, "tok");
+    try {
+      await c.enqueue({ queue: "q", task: "t" });
+      await c.enqueue({ queue: "q", task: "t" });
+      await c.ack("j1");
+      assert.deepEqual(nc.subjects, ["fq.v1.enqueue", "fq.v1.p.7.enqueue", "fq.v1.p.7.ack"]);
+
+      listening = false; // the partition moved and its new owner is not there yet
+      nc.subjects.length = 0;
+      await c.enqueue({ queue: "q", task: "t" });
+      assert.deepEqual(nc.subjects, ["fq.v1.p.7.enqueue", "fq.v1.enqueue"]);
+    } finally {
+      nc.close();
+    }
+  });
+
+  it("ignores a partition it cannot use and keeps plain subjects without one", async () => {
+    const names = ["", "x", "-1", "1024", "99999"];
+    const nc = scripted(() => reply(enqueued, { "Fq-Partition": names.shift() ?? "" }));
+    const c = new Client(nc, "tok");
+    try {
+      for (let i = 0; i < 6; i++) await c.enqueue({ queue: "q", task: "t" });
+      assert.ok(nc.subjects.every((s) => s === "fq.v1.enqueue"), nc.subjects.join(" "));
+    } finally {
+      nc.close();
+    }
+  });
+
+  it("does not send again after a refusal or a timeout on the partition subject", async () => {
+    let first = true;
+    const nc = scripted((subject) => {
+      if (first) {
+        first = false;
+        return reply(enqueued, { "Fq-Partition": "3" });
+      }
+      assert.equal(subject, "fq.v1.p.3.enqueue");
+      throw new natsErrors.TimeoutError();
+    });
+    const c = new Client(nc, "tok");
+    try {
+      await c.enqueue({ queue: "q", task: "t" });
+      await assert.rejects(c.enqueue({ queue: "q", task: "t" }), /no node answered/);
+      // A timeout may have been acted on: the call is not sent twice.
+      assert.deepEqual(nc.subjects, ["fq.v1.enqueue", "fq.v1.p.3.enqueue"]);
+    } finally {
+      nc.close();
+    }
+  });
+});
