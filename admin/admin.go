@@ -1,6 +1,8 @@
 // Package admin is the HTTP admin door of docs/admin-api.md: quotas, usage, jobs,
 // dead-letter replay, generic settings, audit, tokens, triggers, periodic
-// jobs, queue and task settings, Prometheus metrics and health.
+// jobs, queue and task settings, Prometheus metrics and health; and what
+// the dashboard of docs/dashboard.md reads: the usage history, the quota
+// alarms, the namespace ranking and the token list.
 //
 // Every quota write goes through the store's audited SettingPut and is then
 // broadcast on fq.v1.quota.changed, so every node drops its cached copy.
@@ -78,10 +80,15 @@ type Deps struct {
 	Publisher Publisher
 	Actors    Sender
 	Metrics   *Metrics
-	// Healthy reports whether the node reaches NATS (the store is pinged
-	// here).
 	// Cluster is the node's view of the cluster (GET /v1/cluster).
 	Cluster ClusterView
+	// History is this node's usage history (GET /v1/usage/history and the
+	// enqueue rate in GET /v1/namespaces); nil serves none.
+	History *History
+	// UI serves the dashboard under /ui/ (package ui); nil serves none.
+	UI http.Handler
+	// Healthy reports whether the node reaches NATS (the store is pinged
+	// here).
 	Healthy func() error
 	Now     func() time.Time
 	Log     *slog.Logger
@@ -168,6 +175,8 @@ func (s *Server) routes() {
 	s.handle("GET /v1/tasks", auth.Admin, "read task settings", s.listTasks)
 	s.handle("GET /v1/tasks/{name}", auth.Admin, "read task settings", s.getTask)
 	s.handle("PUT /v1/tasks/{name}", auth.Admin, "change task settings", s.putTask)
+
+	s.dashboardRoutes()
 
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Errorf(api.CodeNotFound, "", "no such endpoint: %s %s", r.Method, r.URL.Path))

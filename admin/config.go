@@ -40,7 +40,23 @@ func settingKey(r *http.Request, write bool) (string, error) {
 		}
 		return "", api.Errorf(api.CodeNotFound, "", "setting %q not found", key)
 	}
+	if strings.HasPrefix(key, ReservedPrefix) {
+		if write {
+			return "", api.Errorf(api.CodePermissionDenied, "", "key %q: the flexiq: prefix is reserved for FlexiQ's own records (alarms, the token list)", key)
+		}
+		return "", api.Errorf(api.CodeNotFound, "", "setting %q not found", key)
+	}
 	return key, nil
+}
+
+// ReservedPrefix starts the settings keys of FlexiQ's own records: the
+// quota alarms (alarm.KeyPrefix) and the token list (tokenKeyPrefix). Like
+// quota:, the generic settings API never lists, reads or writes them.
+const ReservedPrefix = "flexiq:"
+
+// hiddenSetting reports whether the generic settings API hides key.
+func hiddenSetting(key string) bool {
+	return strings.HasPrefix(key, quota.KeyPrefix) || strings.HasPrefix(key, ReservedPrefix)
 }
 
 func (s *Server) listSettings(r *http.Request, _ auth.Principal) (int, any, error) {
@@ -52,7 +68,7 @@ func (s *Server) listSettings(r *http.Request, _ auth.Principal) (int, any, erro
 		Settings []SettingReply `json:"settings"`
 	}{Settings: []SettingReply{}}
 	for _, st := range all {
-		if strings.HasPrefix(st.Key, quota.KeyPrefix) {
+		if hiddenSetting(st.Key) {
 			continue
 		}
 		out.Settings = append(out.Settings, SettingReply{Key: st.Key, Value: st.Value})
@@ -191,9 +207,17 @@ func (s *Server) createToken(r *http.Request, _ auth.Principal) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
+	now := s.d.Now()
+	// The token list first (GET /v1/tokens; the token store cannot list),
+	// so that no token exists unlisted; a token that then fails to be
+	// created is taken off the list again.
+	if err := s.listToken(r.Context(), TokenInfo{ID: id, Namespace: req.Namespace, Role: string(role), CreatedAt: now.UTC()}, now); err != nil {
+		return 0, nil, storeErr(err)
+	}
 	if err := s.d.Store.TokenCreate(r.Context(), store.Token{
-		ID: id, Hash: auth.Hash(secret), Namespace: req.Namespace, Role: string(role), CreatedAt: s.d.Now(),
+		ID: id, Hash: auth.Hash(secret), Namespace: req.Namespace, Role: string(role), CreatedAt: now,
 	}); err != nil {
+		s.unlistToken(r.Context(), id)
 		return 0, nil, storeErr(err)
 	}
 	return http.StatusCreated, TokenReply{ID: id, Token: secret, Namespace: req.Namespace, Role: string(role)}, nil
@@ -209,6 +233,7 @@ func (s *Server) revokeToken(r *http.Request, _ auth.Principal) (int, any, error
 		return 0, nil, storeErr(err)
 	}
 	s.d.Auth.Forget(id)
+	s.unlistToken(r.Context(), id)
 	if err := s.d.Publisher.TokenRevoked(id); err != nil {
 		s.d.Log.Warn("token revocation broadcast failed; other nodes forget it within 10 s", "token", id, "err", err)
 	}

@@ -1,11 +1,13 @@
 package admin
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/flexiq/flexiq/alarm"
 	"github.com/flexiq/flexiq/api"
 )
 
@@ -31,6 +33,15 @@ type Metrics struct {
 	RetentionDeleted *prometheus.CounterVec
 	// RetentionSkipped counts namespaces the sweep skipped (unreadable quota).
 	RetentionSkipped *prometheus.CounterVec
+
+	// quotaAlarm is 1 for each alarm raised, 0 for one cleared within
+	// alarm.KeepCleared (docs/alarms.md); alarmsMu guards alarmSeries, the
+	// series it holds, so that those no longer listed are deleted.
+	quotaAlarm  *prometheus.GaugeVec
+	alarmsMu    sync.Mutex
+	alarmSeries map[[2]string]bool
+	// history is fed by Gauges when a History was made on m.
+	history *History
 }
 
 // NewMetrics registers the node's metrics on a fresh registry.
@@ -79,10 +90,15 @@ func NewMetrics() *Metrics {
 		RetentionSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flexiq_retention_skipped_total", Help: "Namespaces the retention sweep skipped because their quota is unreadable.",
 		}, []string{"namespace"}),
+		quotaAlarm: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "flexiq_quota_alarm",
+			Help: "1 while a namespace's usage of a limit is at or above 80 % (raised once, cleared below 70 %); 0 for an hour after it cleared.",
+		}, []string{"namespace", "limit"}),
+		alarmSeries: map[[2]string]bool{},
 	}
 	m.Registry.MustRegister(m.outcomes, m.refusals, m.shed, m.claimed, m.pending, m.running,
 		m.Propagation.delay, m.Propagation.skipped, m.Propagation.dropped,
-		m.PeriodicFires, m.RetentionDeleted, m.RetentionSkipped,
+		m.PeriodicFires, m.RetentionDeleted, m.RetentionSkipped, m.quotaAlarm,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -104,6 +120,34 @@ func (m *Metrics) Refused(ns string, reason api.Reason) {
 func (m *Metrics) Gauges(ns string, pending, running int64) {
 	m.pending.WithLabelValues(ns).Set(float64(pending))
 	m.running.WithLabelValues(ns).Set(float64(running))
+	if m.history != nil {
+		m.history.observe(ns, pending, running, time.Now())
+	}
+}
+
+// QuotaAlarms sets flexiq_quota_alarm to every alarm listed (the store's
+// alarm documents, the same on every node): 1 raised, 0 cleared; the
+// series of alarms no longer listed are deleted, so the gauge holds no
+// more series than the store holds alarms.
+func (m *Metrics) QuotaAlarms(all []alarm.Alarm) {
+	m.alarmsMu.Lock()
+	defer m.alarmsMu.Unlock()
+	now := make(map[[2]string]bool, len(all))
+	for _, a := range all {
+		k := [2]string{a.Namespace, a.Limit}
+		now[k] = true
+		v := 0.0
+		if a.State == alarm.StateRaised {
+			v = 1
+		}
+		m.quotaAlarm.WithLabelValues(a.Namespace, a.Limit).Set(v)
+	}
+	for k := range m.alarmSeries {
+		if !now[k] {
+			m.quotaAlarm.DeleteLabelValues(k[0], k[1])
+		}
+	}
+	m.alarmSeries = now
 }
 
 // Claimed counts jobs handed out.

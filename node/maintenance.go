@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/flexiq/flexiq/alarm"
 	"github.com/flexiq/flexiq/maintenance"
 	"github.com/flexiq/flexiq/retention"
 )
@@ -41,6 +42,26 @@ func (n *Node) startMaintenance(ctx context.Context) {
 		defer n.bg.Done()
 		maintenance.Loop(ctx, sweepEvery, leader, time.Now, n.log, "dead-letter auto-retry", func(ctx context.Context, now time.Time) error {
 			_, err := retry.RunOnce(ctx, now)
+			return err
+		})
+	}()
+}
+
+// startUsage samples the usage history and evaluates the quota alarms
+// (docs/alarms.md) every SampleInterval. It runs on every node, maintenance
+// or not: each node evaluates the namespaces it owns, the only node that
+// sees their enqueue rate, so every namespace has one evaluator.
+func (n *Node) startUsage(ctx context.Context) {
+	eval := alarm.New(alarm.Config{
+		Store: n.Store, Rates: n.History, Observer: n.Metrics, Log: n.log,
+		Owns: func(ns string) bool { return n.OwnerOf(ns) == n.cfg.NodeID },
+	})
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		maintenance.Loop(ctx, n.History.Interval(), retention.AlwaysLeader{}, time.Now, n.log, "usage sample and quota alarms", func(ctx context.Context, now time.Time) error {
+			n.History.Sample(now)
+			_, err := eval.RunOnce(ctx, now)
 			return err
 		})
 	}()

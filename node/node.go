@@ -34,6 +34,7 @@ import (
 	"github.com/flexiq/flexiq/retention"
 	"github.com/flexiq/flexiq/store"
 	"github.com/flexiq/flexiq/store/open"
+	"github.com/flexiq/flexiq/ui"
 )
 
 // Config is a node's configuration (docs/configuration.md).
@@ -72,7 +73,10 @@ type Config struct {
 	NATSTLSCert, NATSTLSKey string
 	// IdleAfter passivates idle actors (default 1 minute).
 	IdleAfter time.Duration
-	Log       *slog.Logger
+	// SampleInterval is how often the usage history is sampled and the
+	// quota alarms evaluated (docs/dashboard.md; default 10 s).
+	SampleInterval time.Duration
+	Log            *slog.Logger
 }
 
 // Defaults returns the defaults of docs/configuration.md.
@@ -89,6 +93,7 @@ func Defaults() Config {
 		CleanupInterval: 30 * time.Second,
 		CleanupBatch:    1000,
 		QuotaCacheTTL:   2 * time.Second,
+		SampleInterval:  admin.DefaultSampleInterval,
 	}
 }
 
@@ -104,6 +109,8 @@ type Node struct {
 	service *bus.Service
 	subs    *bus.Subscriptions
 	Metrics *admin.Metrics
+	// History is the usage history the dashboard charts.
+	History *admin.History
 	// Cleaner is the retention sweep (nil when maintenance is off).
 	Cleaner  *retention.Cleaner
 	httpSrv  *http.Server
@@ -213,6 +220,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 
 	n.Metrics = admin.NewMetrics()
+	n.History = admin.NewHistory(n.Metrics, cfg.SampleInterval)
 	n.Cache = cachebust.New(n.Store, cfg.QuotaCacheTTL, n.log)
 	runCtx, runCancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.cancel = runCancel
@@ -265,7 +273,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	adminDoor := admin.New(admin.Deps{
 		Store: n.Store, Auth: authn, Cache: n.Cache, Publisher: bus.SyncPublisher{Publisher: bus.Publisher{NC: n.nc}, Router: router, Log: n.log},
-		Actors: n.sender, Metrics: n.Metrics, Log: n.log, Cluster: n,
+		Actors: n.sender, Metrics: n.Metrics, Log: n.log, Cluster: n, History: n.History, UI: ui.Handler(),
 		Healthy: func() error {
 			if !n.nc.IsConnected() {
 				return errors.New("not connected to NATS")
@@ -312,6 +320,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if cfg.Maintenance {
 		n.startMaintenance(runCtx)
 	}
+	n.startUsage(runCtx)
 	return n, nil
 }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one command that runs every test, on a fresh Debian machine too:
-# installs PostgreSQL and Redis when missing (the test harness starts its own
-# throwaway servers from their binaries), then runs vet, staticcheck and the
-# whole suite with the race detector and every backend required.
+# installs PostgreSQL, Redis and Chromium when missing (the test harness
+# starts its own throwaway servers from their binaries, and a headless
+# browser for the dashboard), then runs vet, staticcheck and the whole suite
+# with the race detector and every backend (and the browser) required.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,8 @@ command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
 	need_pkgs+=(postgresql)
 fi
+# Headless Chromium, for the dashboard's browser tests (e2e/ui_test.go).
+command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
 # protoc and the well-known types, for the check that the generated gRPC
 # code matches proto/flexiq/v1/flexiq.proto.
 command -v protoc >/dev/null 2>&1 || need_pkgs+=(protobuf-compiler)

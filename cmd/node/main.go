@@ -182,6 +182,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		{"dead-ttl", "FLEXIQ_DEAD_TTL", "how long dead letters are kept", &cfg.DeadTTL},
 		{"cleanup-interval", "FLEXIQ_CLEANUP_INTERVAL", "retention tick", &cfg.CleanupInterval},
 		{"quota-cache-ttl", "FLEXIQ_QUOTA_CACHE_TTL", "longest a node trusts a cached quota", &cfg.QuotaCacheTTL},
+		{"sample-interval", "FLEXIQ_SAMPLE_INTERVAL", "how often the dashboard's usage history is sampled and the quota alarms evaluated", &cfg.SampleInterval},
 	}
 	// Environment first, so flags override it.
 	for _, o := range strs {
