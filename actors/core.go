@@ -619,6 +619,13 @@ func (c *Core) PlanUpdates(calls []*UpdateCall, now time.Time) UpdatePlan {
 				continue
 			}
 			finishing[body.ID] = true
+			if body.Release {
+				// Never started: pending again as before its claim, its
+				// attempt given back; due at once.
+				p.add(updateEntry{call: call, id: body.ID, info: ri, kind: store.UpdateRelease, runAt: now},
+					store.JobUpdate{ID: body.ID, Attempt: ri.attempt, Kind: store.UpdateRelease})
+				continue
+			}
 			retry := body.Retry == nil || *body.Retry
 			c.planFailure(&p, call, body.ID, ri, body.Error, retry, now)
 		case *api.HeartbeatRequest:
@@ -747,7 +754,7 @@ func (c *Core) UpdatesDone(p *UpdatePlan, applied []bool, err error) []UpdateRep
 			c.watchLease(e.runAt)
 			p.extended[e.call] = append(p.extended[e.call], e.id)
 			continue
-		case store.UpdateRetry:
+		case store.UpdateRetry, store.UpdateRelease:
 			c.pending++
 			c.wakeAt(e.runAt)
 		}
@@ -765,6 +772,8 @@ func (c *Core) UpdatesDone(p *UpdatePlan, applied []bool, err error) []UpdateRep
 			out = append(out, UpdateReply{Msg: e.call.Msg, Body: api.NackReply{Status: api.StatusPending, RunAt: &at}})
 		case store.UpdateDead:
 			out = append(out, UpdateReply{Msg: e.call.Msg, Body: api.NackReply{Status: api.StatusDead}})
+		case store.UpdateRelease:
+			out = append(out, UpdateReply{Msg: e.call.Msg, Body: api.NackReply{Status: api.StatusPending}})
 		}
 	}
 	for _, h := range p.heartbeats {

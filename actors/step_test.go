@@ -11,6 +11,7 @@ import (
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/quota"
 	"github.com/flexiq/flexiq/store"
 	"github.com/flexiq/flexiq/store/sqlite"
 )
@@ -86,5 +87,66 @@ func TestStepAnswersWaitForTheCommit(t *testing.T) {
 	}
 	if a.Core().Pending() != 0 || a.Core().Running() != 1 {
 		t.Errorf("core counts pending %d running %d, want 0 and 1", a.Core().Pending(), a.Core().Running())
+	}
+}
+
+// A job a worker took ahead of a free slot counts as running against
+// max_running until it is given back; a release makes it pending again,
+// its attempt not spent, and frees the slot for the next claim.
+func TestReleaseGivesBackAnUnstartedJob(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, ":memory:", sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Unix(1_000_000, 0)
+	if _, err := st.SettingPut(ctx, store.SettingPutParams{Key: quota.Key("acme"), Value: []byte(`{"max_running":2}`), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	deps := &Deps{Store: st, Snapshots: cachebust.New(st, time.Second, nil), Log: slog.New(slog.DiscardHandler), Observer: nopObserver{}}
+	a := NewActor("acme", NewCore("acme", rand.New(rand.NewPCG(1, 2))), deps)
+	step := func(op Op, body any) answer {
+		t.Helper()
+		var got []answer
+		a.Send(collect(&Message{Op: op, Body: body}, &got))
+		a.Step(ctx, now)
+		if len(got) != 1 {
+			t.Fatalf("%v: %d answers", op, len(got))
+		}
+		return got[0]
+	}
+	claim := func() []api.Job {
+		t.Helper()
+		got := step(OpClaim, &api.ClaimRequest{Queues: []string{"q"}, Max: 3, LeaseMS: 60000})
+		if got.err != nil {
+			t.Fatalf("claim: %v", got.err)
+		}
+		return got.body.(api.ClaimReply).Jobs
+	}
+	step(OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t"}, {ID: "b", Queue: "q", Task: "t"}, {ID: "c", Queue: "q", Task: "t"}}})
+	if got := claim(); len(got) != 2 {
+		t.Fatalf("first claim took %d jobs, want 2 (max_running)", len(got))
+	}
+	if got := claim(); len(got) != 0 {
+		t.Fatalf("a claim at max_running took %d jobs", len(got))
+	}
+	rel := step(OpNack, &api.NackRequest{ID: "b", Attempt: 1, Release: true})
+	if rel.err != nil || rel.body.(api.NackReply).Status != api.StatusPending {
+		t.Fatalf("release: %+v", rel)
+	}
+	if c, _ := st.JobCount(ctx, "acme"); c.Running != 1 || c.Pending != 2 {
+		t.Fatalf("after the release: %+v, want 1 running, 2 pending", c)
+	}
+	if j, _ := st.JobGet(ctx, "acme", "b"); j.Attempt != 0 || j.Error != "" {
+		t.Fatalf("released job: attempt %d error %q, want 0 and none", j.Attempt, j.Error)
+	}
+	got := claim()
+	if len(got) != 1 || got[0].ID != "b" || got[0].Attempt != 1 {
+		t.Fatalf("claim after the release: %+v, want b as attempt 1", got)
+	}
+	// A release of a job no longer held under that attempt is a lost lease.
+	if lost := step(OpNack, &api.NackRequest{ID: "a", Attempt: 7, Release: true}); lost.err == nil || lost.err.Reason != api.ReasonLeaseLost {
+		t.Fatalf("release under another attempt: %+v", lost)
 	}
 }

@@ -124,6 +124,15 @@ func (r *NackRequest) Validate() error {
 	if r.ID == "" {
 		return InvalidArgument("id: required")
 	}
+	if r.Release {
+		if r.Error != "" {
+			return InvalidArgument("error: a release records no error (it gives back a job never started)")
+		}
+		if r.Retry != nil && !*r.Retry {
+			return InvalidArgument("retry: false cannot go with release (a released job is pending again)")
+		}
+		return nil
+	}
 	if len(r.Error) > MaxNackErrorBytes {
 		r.Error = r.Error[:MaxNackErrorBytes]
 	}

@@ -142,6 +142,10 @@ type NackRequest struct {
 	Error   string `json:"error"`
 	Retry   *bool  `json:"retry,omitempty"`
 	Attempt int64  `json:"attempt,omitempty"`
+	// Release gives back a job the worker took ahead of a free slot and
+	// never started: pending again as before its claim, its attempt not
+	// spent (docs/protocol.md fq.v1.nack). It takes no error and no retry.
+	Release bool `json:"release,omitempty"`
 }
 
 // NackReply says where the job went.

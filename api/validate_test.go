@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -130,5 +131,28 @@ func TestAddMillis(t *testing.T) {
 		if !got.Equal(want) {
 			t.Errorf("AddMillis(%d) = %v, want %v", ms, got, want)
 		}
+	}
+}
+
+// A release gives back a job never started: it carries no error and cannot
+// send the job to the dead letters; the refusal names the field.
+func TestNackReleaseTakesNoErrorNorRetryFalse(t *testing.T) {
+	no := false
+	for _, tc := range []struct {
+		req   NackRequest
+		field string
+	}{
+		{NackRequest{ID: "j", Release: true, Error: "boom"}, "error:"},
+		{NackRequest{ID: "j", Release: true, Retry: &no}, "retry:"},
+		{NackRequest{Release: true}, "id:"},
+	} {
+		err := tc.req.Validate()
+		if err == nil || !strings.HasPrefix(err.Error(), tc.field) {
+			t.Errorf("%+v: %v, want a refusal naming %s", tc.req, err, tc.field)
+		}
+	}
+	yes := true
+	if err := (&NackRequest{ID: "j", Release: true, Retry: &yes}).Validate(); err != nil {
+		t.Errorf("release with retry true: %v", err)
 	}
 }

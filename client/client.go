@@ -296,6 +296,13 @@ func (c *Client) AckMany(ctx context.Context, acks []api.AckItem) ([]api.AckResu
 	return reply.Results, nil
 }
 
+// Release gives back a job claimed and never started (a worker stopping
+// with jobs it took ahead of a free slot): pending again at once, in its
+// place in claim order, its attempt not spent.
+func (c *Client) Release(ctx context.Context, id string, attempt int64) error {
+	return c.call(ctx, api.SubjectNack, api.NackRequest{ID: id, Attempt: attempt, Release: true}, nil)
+}
+
 // Nack fails a job: retried after a backoff, or dead (retry false, or its
 // attempts spent).
 func (c *Client) Nack(ctx context.Context, id string, attempt int64, msg string, retry bool) (api.NackReply, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -27,9 +28,22 @@ type WorkerConfig struct {
 	// Wait is the long-poll of each claim (default 1 s): the longest a stop
 	// waits for a claim in flight.
 	Wait time.Duration
-	Name string
-	Log  *slog.Logger
+	// Prefetch is how many jobs the worker may hold ahead of its free
+	// slots (default 0: it claims only for free slots). A prefetched job
+	// is claimed, so it is leased, heartbeated and counted as running
+	// against max_running and the queue and task caps, like one running;
+	// it starts as soon as a slot frees, without a claim's round trip in
+	// between. On stop, jobs not started are released (Client.Release):
+	// pending again at once, their attempt not spent. Keep it small when
+	// jobs are slow or several workers share a max_running: a prefetched
+	// job waits here while another worker could run it.
+	Prefetch int
+	Name     string
+	Log      *slog.Logger
 }
+
+// MaxPrefetch bounds WorkerConfig.Prefetch.
+const MaxPrefetch = api.MaxClaim
 
 // Worker claims jobs and runs them through a handler.
 type Worker struct {
@@ -38,7 +52,7 @@ type Worker struct {
 	h   Handler
 
 	mu      sync.Mutex
-	running map[string]int64 // id → attempt
+	running map[string]int64 // id → attempt, prefetched jobs included
 
 	// Acks wait here for the acker, which sends what has gathered in one
 	// request while the worker goes on claiming.
@@ -47,7 +61,8 @@ type Worker struct {
 	ackWake chan struct{}
 }
 
-// NewWorker returns a worker; Run starts it.
+// NewWorker returns a worker; Run starts it. It panics on a Prefetch
+// outside 0..MaxPrefetch, a programming error.
 func NewWorker(c *Client, cfg WorkerConfig, h Handler) *Worker {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 1
@@ -58,6 +73,9 @@ func NewWorker(c *Client, cfg WorkerConfig, h Handler) *Worker {
 	if cfg.Wait <= 0 {
 		cfg.Wait = time.Second
 	}
+	if cfg.Prefetch < 0 || cfg.Prefetch > MaxPrefetch {
+		panic(fmt.Sprintf("client: WorkerConfig.Prefetch must be 0-%d, got %d", MaxPrefetch, cfg.Prefetch))
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -65,16 +83,19 @@ func NewWorker(c *Client, cfg WorkerConfig, h Handler) *Worker {
 }
 
 // Run claims and runs jobs until ctx ends, then stops gracefully: no new
-// claims, the claim in flight is taken and its jobs run, and Run returns
-// once every running job is acked or nacked. Handlers get a context that is
-// not cancelled by ctx; they should finish on their own.
+// claims, the claim in flight is taken, jobs already started finish, jobs
+// prefetched and not started are released, and Run returns once every job
+// it held is acked, nacked or released. Handlers get a context that is not
+// cancelled by ctx; they should finish on their own.
 //
 // A job's slot frees when its handler returns; its ack is sent in the
 // background, together with the acks of other jobs that finished meanwhile
 // (one request for all, see Client.AckMany).
 func (w *Worker) Run(ctx context.Context) error {
-	slots := make(chan struct{}, w.cfg.Concurrency)
-	var wg sync.WaitGroup
+	// held has a token for every job the worker holds (running, or
+	// prefetched and waiting in ready): claims ask only for free tokens.
+	held := make(chan struct{}, w.cfg.Concurrency+w.cfg.Prefetch)
+	ready := make(chan api.Job, w.cfg.Concurrency+w.cfg.Prefetch)
 	jobCtx := context.WithoutCancel(ctx)
 	hbDone := make(chan struct{})
 	go w.heartbeats(jobCtx, hbDone)
@@ -83,10 +104,33 @@ func (w *Worker) Run(ctx context.Context) error {
 	go w.acker(jobCtx, ackStop, ackDone)
 	defer func() { close(ackStop); <-ackDone }()
 
-	// Two claims may be in flight at once, so slots that free while one
+	// The slots: each runs the ready jobs one at a time until the stop.
+	var rwg sync.WaitGroup
+	for range w.cfg.Concurrency {
+		rwg.Add(1)
+		go func() {
+			defer rwg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case job := <-ready:
+					if ctx.Err() != nil {
+						// Taken as the stop came: not started, so given back.
+						w.release(jobCtx, job)
+					} else {
+						w.run(jobCtx, job)
+					}
+					<-held
+				}
+			}
+		}()
+	}
+
+	// Two claims may be in flight at once, so tokens that free while one
 	// waits for its reply are claimed by the other instead of idling.
 	claimers := 1
-	if w.cfg.Concurrency >= 4 {
+	if w.cfg.Concurrency+w.cfg.Prefetch >= 4 {
 		claimers = 2
 	}
 	var cwg sync.WaitGroup
@@ -94,29 +138,41 @@ func (w *Worker) Run(ctx context.Context) error {
 		cwg.Add(1)
 		go func() {
 			defer cwg.Done()
-			w.claimLoop(ctx, jobCtx, slots, &wg)
+			w.claimLoop(ctx, jobCtx, held, ready)
 		}()
 	}
 	cwg.Wait()
-	wg.Wait()
+	rwg.Wait()
+	// What is left in ready was never started.
+	for {
+		select {
+		case job := <-ready:
+			w.release(jobCtx, job)
+			<-held
+			continue
+		default:
+		}
+		break
+	}
 	return nil
 }
 
-// claimLoop claims jobs for free slots and starts them until ctx ends.
-func (w *Worker) claimLoop(ctx, jobCtx context.Context, slots chan struct{}, wg *sync.WaitGroup) {
+// claimLoop claims jobs for the free tokens and hands them to the slots
+// until ctx ends.
+func (w *Worker) claimLoop(ctx, jobCtx context.Context, held chan struct{}, ready chan<- api.Job) {
 	leaseMS := w.cfg.Lease.Milliseconds()
 	for ctx.Err() == nil {
-		// Take every free slot, waiting for at least one.
+		// Take every free token, waiting for at least one.
 		select {
-		case slots <- struct{}{}:
+		case held <- struct{}{}:
 		case <-ctx.Done():
 			continue
 		}
 		free := 1
 	fill:
-		for free < w.cfg.Concurrency {
+		for free < cap(held) && free < api.MaxClaim {
 			select {
-			case slots <- struct{}{}:
+			case held <- struct{}{}:
 				free++
 			default:
 				break fill
@@ -128,7 +184,7 @@ func (w *Worker) claimLoop(ctx, jobCtx context.Context, slots chan struct{}, wg 
 		if err != nil {
 			w.cfg.Log.Warn("claim failed", "err", err)
 			for i := 0; i < free; i++ {
-				<-slots
+				<-held
 			}
 			select {
 			case <-ctx.Done():
@@ -137,19 +193,26 @@ func (w *Worker) claimLoop(ctx, jobCtx context.Context, slots chan struct{}, wg 
 			continue
 		}
 		for i := len(jobs); i < free; i++ {
-			<-slots
+			<-held
 		}
 		for _, job := range jobs {
 			w.mu.Lock()
 			w.running[job.ID] = job.Attempt
 			w.mu.Unlock()
-			wg.Add(1)
-			go func(job api.Job) {
-				defer wg.Done()
-				defer func() { <-slots }()
-				w.run(jobCtx, job)
-			}(job)
+			ready <- job // never blocks: one token, one place
 		}
+	}
+}
+
+// release gives back a job that was not started.
+func (w *Worker) release(ctx context.Context, job api.Job) {
+	defer func() {
+		w.mu.Lock()
+		delete(w.running, job.ID)
+		w.mu.Unlock()
+	}()
+	if err := w.c.Release(ctx, job.ID, job.Attempt); err != nil {
+		w.cfg.Log.Warn("release failed", "job", job.ID, "err", err)
 	}
 }
 

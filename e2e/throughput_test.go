@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -185,7 +186,22 @@ func actorEnqueue(done chan struct{}) *actors.Message {
 
 // BenchmarkWorkerConcurrency32 runs the Go client's Worker with 32 slots:
 // it claims as many jobs as it has free slots and acks each.
-func BenchmarkWorkerConcurrency32(b *testing.B) {
+func BenchmarkWorkerConcurrency32(b *testing.B) { workerBench(b, 0) }
+
+// BenchmarkWorkerPrefetch is BenchmarkWorkerConcurrency32 on every
+// backend, with the worker holding up to 0, 32 or 96 jobs ahead of its 32
+// slots (WorkerConfig.Prefetch).
+//
+//	go test -run '^$' -bench WorkerPrefetch -benchtime 50000x ./e2e
+func BenchmarkWorkerPrefetch(b *testing.B) {
+	for _, backend := range backends {
+		for _, prefetch := range []int{0, 32, 96} {
+			b.Run(fmt.Sprintf("%s/prefetch=%d", backend, prefetch), func(b *testing.B) { workerBench(b, prefetch) })
+		}
+	}
+}
+
+func workerBench(b *testing.B, prefetch int) {
 	e := start(b)
 	tn := e.tenant("acme")
 	jobs := make([]api.Job, 1000)
@@ -199,7 +215,7 @@ func BenchmarkWorkerConcurrency32(b *testing.B) {
 	}
 	var done atomic.Int64
 	ctx, cancel := context.WithCancel(context.Background())
-	w := client.NewWorker(e.client(tn.worker), client.WorkerConfig{Queues: []string{"bench"}, Concurrency: 32},
+	w := client.NewWorker(e.client(tn.worker), client.WorkerConfig{Queues: []string{"bench"}, Concurrency: 32, Prefetch: prefetch},
 		func(context.Context, api.Job) (json.RawMessage, error) {
 			if done.Add(1) == int64(b.N) {
 				cancel()

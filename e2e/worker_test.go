@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/client"
@@ -87,6 +88,65 @@ func TestWorkerRunsAcksAndNacksThenStopsWithNothingInFlight(t *testing.T) {
 				if j.Status != api.StatusCompleted || string(j.Result) != fmt.Sprintf(`{"k":%d}`, k) {
 					t.Errorf("job %d: %s result %s, want completed with its result", k, j.Status, j.Result)
 				}
+			}
+		}
+	})
+}
+
+// A worker with Prefetch holds jobs ahead of its free slots: they are
+// claimed, so they count as running against max_running (no other worker
+// gets them), and when it stops, those it never started are released:
+// pending again, their attempt not spent, and the next claim takes them.
+func TestWorkerPrefetchCountsAsRunningAndReleasesOnStop(t *testing.T) {
+	eachBackend(t, func(t *testing.T) {
+		e := start(t)
+		tn := e.tenant("acme")
+		e.setQuota(tn.admin, `{"max_running":4}`)
+		var ids []string
+		for _, r := range enqueue(t, tn.p, job("q", "t"), job("q", "t"), job("q", "t"), job("q", "t"), job("q", "t"), job("q", "t")) {
+			ids = append(ids, r.ID)
+		}
+		started, unblock := make(chan string, 8), make(chan struct{})
+		runCtx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		w := client.NewWorker(e.client(tn.worker), client.WorkerConfig{Queues: []string{"q"}, Concurrency: 1, Prefetch: 3},
+			func(_ context.Context, j api.Job) (json.RawMessage, error) {
+				started <- j.ID
+				<-unblock
+				return nil, nil
+			})
+		done := make(chan error, 1)
+		go func() { done <- w.Run(runCtx) }()
+		first := <-started
+		// One running and three prefetched: max_running is reached.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			u := e.usage(tn.admin)
+			if u.Usage.Running == 4 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("with one job started and Prefetch 3: %+v, want 4 running", u.Usage)
+			}
+			waitFor(10 * time.Millisecond)
+		}
+		if got := claim(t, e.client(tn.worker), 1, "q"); len(got) != 0 {
+			t.Fatalf("another worker claimed %d jobs while the prefetched ones held max_running", len(got))
+		}
+		cancel()
+		close(unblock)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if u := e.usage(tn.admin); u.Usage.Running != 0 || u.Usage.Pending != 5 || u.Usage.Archived != 1 {
+			t.Fatalf("after the stop: %+v, want the started job completed and 5 pending", u.Usage)
+		}
+		for _, id := range ids {
+			if id == first {
+				continue
+			}
+			if j := e.job(tn.admin, id); j.Status != api.StatusPending || j.Attempt != 0 {
+				t.Errorf("job %s after the stop: %s attempt %d, want pending with no attempt spent", id, j.Status, j.Attempt)
 			}
 		}
 	})

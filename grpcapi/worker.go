@@ -132,7 +132,7 @@ func (w worker) Nack(ctx context.Context, in *pb.NackRequest) (*pb.NackResponse,
 	if err != nil {
 		return nil, err
 	}
-	req := &api.NackRequest{ID: in.GetId(), Error: in.GetError(), Retry: in.Retry, Attempt: in.GetAttempt()}
+	req := &api.NackRequest{ID: in.GetId(), Error: in.GetError(), Retry: in.Retry, Attempt: in.GetAttempt(), Release: in.GetRelease()}
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}

@@ -268,6 +268,12 @@ const (
 	UpdateDead
 	// UpdateExtend: lease extended to LeaseUntil.
 	UpdateExtend
+	// UpdateRelease: pending again as before its claim, for a worker that
+	// took it ahead of a free slot and stops without starting it: the
+	// attempt is given back (attempt − 1); run_at, error and its place in
+	// claim order stay as they were; lease and worker are cleared; it
+	// takes its debounce key back as a retry does.
+	UpdateRelease
 )
 
 // JobUpdate changes one running job. It applies only while the job is

@@ -1316,8 +1316,11 @@ type NackRequest struct {
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Error string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	// Unset = true; false sends the job straight to the dead letters.
-	Retry         *bool `protobuf:"varint,3,opt,name=retry,proto3,oneof" json:"retry,omitempty"`
-	Attempt       int64 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Retry   *bool `protobuf:"varint,3,opt,name=retry,proto3,oneof" json:"retry,omitempty"`
+	Attempt int64 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Gives back a job taken ahead of a free slot and never started: pending
+	// again as before its claim, its attempt not spent. No error, no retry.
+	Release       bool `protobuf:"varint,5,opt,name=release,proto3" json:"release,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1378,6 +1381,13 @@ func (x *NackRequest) GetAttempt() int64 {
 		return x.Attempt
 	}
 	return 0
+}
+
+func (x *NackRequest) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
 }
 
 type NackResponse struct {
@@ -2276,12 +2286,13 @@ const file_flexiq_v1_flexiq_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12&\n" +
 	"\x05error\x18\x02 \x01(\v2\x10.flexiq.v1.ErrorR\x05error\"A\n" +
 	"\x0fAckManyResponse\x12.\n" +
-	"\aresults\x18\x01 \x03(\v2\x14.flexiq.v1.AckResultR\aresults\"r\n" +
+	"\aresults\x18\x01 \x03(\v2\x14.flexiq.v1.AckResultR\aresults\"\x8c\x01\n" +
 	"\vNackRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x19\n" +
 	"\x05retry\x18\x03 \x01(\bH\x00R\x05retry\x88\x01\x01\x12\x18\n" +
-	"\aattempt\x18\x04 \x01(\x03R\aattemptB\b\n" +
+	"\aattempt\x18\x04 \x01(\x03R\aattempt\x12\x18\n" +
+	"\arelease\x18\x05 \x01(\bR\areleaseB\b\n" +
 	"\x06_retry\"o\n" +
 	"\fNackResponse\x12,\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x14.flexiq.v1.JobStatusR\x06status\x121\n" +

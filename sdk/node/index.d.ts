@@ -268,6 +268,8 @@ export declare class Client {
   ack(job: string | Job, options?: AckOptions): Promise<void>;
   ackMany(acks: AckItem[], options?: CallOptions): Promise<AckResult[]>;
   nack(job: string | Job, options?: NackOptions): Promise<NackResult>;
+  /** Gives back a job claimed and never started: pending again, its attempt not spent. */
+  release(job: string | Job, options?: CallOptions & { attempt?: number }): Promise<void>;
 }
 
 /** What a handler gets besides the job. */

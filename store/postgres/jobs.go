@@ -684,6 +684,14 @@ const (
 		FROM unnest($2::text[], $3::bigint[], $4::text[], $5::boolean[]) WITH ORDINALITY AS u(uid, uatt, uerr, unr, ord)
 		WHERE namespace = $1 AND id = u.uid AND status + 0 = 1 AND attempt = u.uatt
 		RETURNING u.ord`
+	releaseSQL = `UPDATE jobs SET status = CASE WHEN run_at <= $4 THEN 0 ELSE 4 END, attempt = attempt - 1,
+			lease_until = NULL, worker = NULL,
+			debounce_key = CASE WHEN debounce_key IS NOT NULL AND EXISTS (SELECT FROM jobs h
+				WHERE h.namespace = $1 AND h.debounce_key = jobs.debounce_key AND h.status IN (0, 4))
+				THEN NULL ELSE debounce_key END
+		FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS u(uid, uatt, ord)
+		WHERE namespace = $1 AND id = u.uid AND status + 0 = 1 AND attempt = u.uatt
+		RETURNING u.ord`
 	extendSQL = `UPDATE jobs SET lease_until = u.ulease
 		FROM unnest($2::text[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS u(uid, uatt, ulease, ord)
 		WHERE namespace = $1 AND id = u.uid AND status + 0 = 1 AND attempt = u.uatt
@@ -694,7 +702,7 @@ const (
 // transaction, all its statements in one pipelined batch.
 func (s *Store) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
 	for i, u := range p.Updates {
-		if u.Kind < store.UpdateComplete || u.Kind > store.UpdateExtend {
+		if u.Kind < store.UpdateComplete || u.Kind > store.UpdateRelease {
 			return nil, fmt.Errorf("postgres: JobUpdateMany: update %d: unknown kind %d", i, u.Kind)
 		}
 	}
@@ -710,7 +718,7 @@ func (s *Store) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) 
 			end := start + 1
 			seen := map[string]bool{p.Updates[start].ID: true}
 			for end < len(p.Updates) && p.Updates[end].Kind == p.Updates[start].Kind && !seen[p.Updates[end].ID] &&
-				p.Updates[start].Kind != store.UpdateRetry {
+				p.Updates[start].Kind != store.UpdateRetry && p.Updates[start].Kind != store.UpdateRelease {
 				seen[p.Updates[end].ID] = true
 				end++
 			}
@@ -766,6 +774,8 @@ func queueUpdates(t *txn, p store.JobUpdateManyParams, ups []store.JobUpdate, ap
 			leases[i] = nanos(u.LeaseUntil)
 		}
 		query, args = extendSQL, append(args, leases)
+	case store.UpdateRelease:
+		query, args = releaseSQL, append(args, runAtMicros(p.Now))
 	}
 	t.query(query, args, func(rows pgx.Rows) error {
 		for rows.Next() {

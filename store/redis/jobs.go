@@ -398,6 +398,8 @@ func (s *Store) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) 
 			kind = "D"
 		case store.UpdateExtend:
 			kind = "X"
+		case store.UpdateRelease:
+			kind = "G"
 		default:
 			return nil, wrap(op, fmt.Errorf("update %d: unknown kind %d", i, u.Kind))
 		}

@@ -325,9 +325,10 @@ const updateNF = 13
 // scriptUpdate applies a JobUpdateMany group.
 // KEYS: the fence's lease, if any. ARGV: P, fence holder, fence epoch (see
 // checkFence), E, now (ns), now (µs), then per update: id, attempt, kind (C
-// complete, R retry, D dead, X extend), has result, result, error, run_at
+// complete, R retry, D dead, X extend, G release), has result, result, error, run_at
 // (µs), due, scheduled score, run_at order key, lease (ns), lease (µs),
-// no_retry. Returns 1 (applied) or 0 per update.
+// no_retry (G, release, uses none of the last seven: the job keeps its
+// run_at and order key). Returns 1 (applied) or 0 per update.
 var scriptUpdate = newScript(`
 local fenced = checkFence()
 if fenced then return fenced end
@@ -358,6 +359,26 @@ for b = 7, #ARGV - 12, 13 do -- updateNF fields an update
 				move(E, id, seq, 'running', 'completed')
 				addFinished(E, id, seq, 'completed', q, nowUs, false)
 				release(E, id, uk, nil)
+			elseif kind == 'G' then
+				-- Given back unstarted: its attempt, run_at, error and
+				-- place in claim order (its member am) as before the claim.
+				local ra = redis.call('HGET', jk, 'run_at_us')
+				if not ra then
+					-- A hash from before run_at_us: its run_at in ns, cut
+					-- to µs as text (a double would round it).
+					ra = string.sub(redis.call('HGET', jk, 'run_at'), 1, -4)
+					redis.call('HSET', jk, 'run_at_us', ra)
+					redis.call('HDEL', jk, 'run_at')
+				end
+				redis.call('HSET', jk, 'status', 'pending', 'attempt', tonumber(cur) - 1)
+				redis.call('HDEL', jk, 'worker')
+				move(E, id, seq, 'running', 'pending')
+				local isDue = '0'
+				if tonumber(ra) <= tonumber(nowUs) then isDue = '1' end
+				place(E, q, id, am, isDue, ra)
+				if dk and redis.call('HSETNX', kDk(E), dk, id) == 0 then
+					redis.call('HDEL', jk, 'debounce_key')
+				end
 			else
 				if err ~= '' then
 					redis.call('HSET', jk, 'error', err)

@@ -793,6 +793,13 @@ func (s *Store) jobUpdateMany(ctx context.Context, run txRunner, p store.JobUpda
 			case store.UpdateExtend:
 				res, err = tx.ExecContext(ctx, `UPDATE jobs SET lease_until = ?`+cond,
 					nanos(u.LeaseUntil), p.Namespace, u.ID, u.Attempt)
+			case store.UpdateRelease:
+				res, err = tx.ExecContext(ctx, `UPDATE jobs SET status = CASE WHEN run_at <= ? THEN 0 ELSE 4 END, attempt = attempt - 1,
+					lease_until = NULL, worker = NULL,
+					debounce_key = CASE WHEN debounce_key IS NOT NULL AND EXISTS (SELECT 1 FROM jobs h
+						WHERE h.namespace = jobs.namespace AND h.debounce_key = jobs.debounce_key AND h.status IN (0, 4))
+						THEN NULL ELSE debounce_key END`+cond,
+					runAtMicros(p.Now), p.Namespace, u.ID, u.Attempt)
 			default:
 				return fmt.Errorf("update %d: unknown kind %d", i, u.Kind)
 			}

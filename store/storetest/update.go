@@ -107,6 +107,42 @@ func exerciseUpdate(t *testing.T, newStore Factory) {
 		wantJob(t, "JobListRunning", listRunning(t, s, nsA)[0], want)
 	})
 
+	t.Run("Release", func(t *testing.T) {
+		s := newStore(t, nil)
+		// j failed once (its error kept), was claimed again as attempt 2,
+		// then given back unstarted: pending as before that claim, ahead
+		// of k, due after it, and its debounce key its own again.
+		mustEnqueue(t, s, nsA, base, with(newJob("j"), func(j *store.NewJob) { j.Queue = "rq"; j.DebounceKey = "dk" }))
+		claimJob(t, s, nsA, base, "j", "rq")
+		update(t, s, nsA, base, store.JobUpdate{ID: "j", Attempt: 1, Kind: store.UpdateRetry, Error: "first try failed", RunAt: base})
+		before := getJob(t, s, nsA, "j")
+		claimJob(t, s, nsA, at(time.Second), "j", "rq")
+		mustEnqueue(t, s, nsA, at(2*time.Second), with(newJob("k"), func(j *store.NewJob) { j.Queue = "rq"; j.RunAt = at(2 * time.Second) }))
+		applied := update(t, s, nsA, now, store.JobUpdate{ID: "j", Attempt: 2, Kind: store.UpdateRelease})
+		if !applied[0] {
+			t.Fatal("release of a running job not applied")
+		}
+		got := getJob(t, s, nsA, "j")
+		want := before
+		want.Worker = got.Worker // kept or cleared: not part of the contract
+		wantJob(t, "released job", got, want)
+		wantCounts(t, s, nsA, store.Counts{Pending: 2})
+		wantIDs(t, "JobListRunning", listRunning(t, s, nsA))
+		// Taken first again, as attempt 2.
+		again := claimOnce(t, s, nsA, at(time.Minute), 1, "rq")
+		wantIDs(t, "claim after the release", again, "j")
+		if again[0].Attempt != 2 {
+			t.Fatalf("claimed again as attempt %d, want 2", again[0].Attempt)
+		}
+		// A second debounced job while j ran takes the key; a release
+		// then leaves j without it.
+		mustEnqueue(t, s, nsA, at(time.Minute), with(newJob("d2"), func(j *store.NewJob) { j.Queue = "rq2"; j.DebounceKey = "dk" }))
+		update(t, s, nsA, at(time.Minute), store.JobUpdate{ID: "j", Attempt: 2, Kind: store.UpdateRelease})
+		if got := getJob(t, s, nsA, "j"); got.DebounceKey != "" || got.Status != api.StatusPending || got.Attempt != 1 {
+			t.Fatalf("released while another job holds its debounce key: status %s attempt %d key %q", got.Status, got.Attempt, got.DebounceKey)
+		}
+	})
+
 	t.Run("StaleAttemptNotApplied", func(t *testing.T) {
 		s := newStore(t, nil)
 		running(t, s, "j")
@@ -117,7 +153,7 @@ func exerciseUpdate(t *testing.T, newStore Factory) {
 		if cur.Attempt != 2 {
 			t.Fatalf("setup: attempt %d, want 2", cur.Attempt)
 		}
-		for _, kind := range []store.UpdateKind{store.UpdateComplete, store.UpdateRetry, store.UpdateDead, store.UpdateExtend} {
+		for _, kind := range []store.UpdateKind{store.UpdateComplete, store.UpdateRetry, store.UpdateDead, store.UpdateExtend, store.UpdateRelease} {
 			applied := update(t, s, nsA, at(time.Minute), store.JobUpdate{
 				ID: "j", Attempt: 1, Kind: kind,
 				Result: []byte(`"late"`), Error: "late", RunAt: at(time.Hour), LeaseUntil: at(time.Hour), NoRetry: true,
@@ -140,7 +176,7 @@ func exerciseUpdate(t *testing.T, newStore Factory) {
 			before[id] = getJob(t, s, nsA, id)
 		}
 		nsB := getJob(t, s, nsB, "other-ns")
-		for _, kind := range []store.UpdateKind{store.UpdateComplete, store.UpdateRetry, store.UpdateDead, store.UpdateExtend} {
+		for _, kind := range []store.UpdateKind{store.UpdateComplete, store.UpdateRetry, store.UpdateDead, store.UpdateExtend, store.UpdateRelease} {
 			for _, tc := range []struct {
 				id      string
 				attempt int64

@@ -430,6 +430,19 @@ export class Client {
   }
 
   /**
+   * Gives back a job claimed and never started: pending again at once, in
+   * its place in claim order, its attempt not spent (docs/protocol.md
+   * "Release").
+   * @param {string | import("../index.js").Job} job the job or its id
+   * @param {import("../index.js").CallOptions & {attempt?: number}} [options]
+   * @returns {Promise<void>}
+   */
+  async release(job, options = {}) {
+    const { attempt, ...call } = options;
+    await this.request(Subjects.NACK, { id: jobId(job), attempt: attempt ?? jobAttempt(job), release: true }, call);
+  }
+
+  /**
    * Fails a running job: it runs again after a backoff, or goes to the dead
    * letters (`retry: false`, or its attempts spent).
    * @param {string | import("../index.js").Job} job the job or its id

@@ -163,6 +163,21 @@ describe("producer and worker calls", () => {
     assert.deepEqual(jobs[0].payload, { order: 7 });
   });
 
+  it("release gives a claimed job back unstarted: pending again, its attempt not spent", async () => {
+    const t = await node.tenant();
+    const producer = await dial(t.producer);
+    const worker = await dial(t.worker);
+    await producer.enqueue({ id: "r", queue: "q", task: "t" });
+    const [job] = await worker.claim({ queues: ["q"] });
+    assert.equal(job.attempt, 1);
+    await worker.release(job);
+    assert.deepEqual(await node.usage(t.admin), { pending: 1, running: 0, archived: 0, dead: 0 });
+    const [again] = await worker.claim({ queues: ["q"] });
+    assert.equal(again.id, "r");
+    assert.equal(again.attempt, 1);
+    await worker.ack(again);
+  });
+
   it("an ack under a lost lease is LEASE_LOST, of an unknown job UNKNOWN_JOB", async () => {
     const t = await node.tenant();
     const producer = await dial(t.producer);
