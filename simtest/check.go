@@ -384,6 +384,9 @@ func (s *Sim) checkUpdateReply(st *stepCtx, m *msgRec) {
 		mine = func(u store.JobUpdate) bool {
 			return (u.Kind == store.UpdateRetry || u.Kind == store.UpdateDead) && u.Error == b.Error
 		}
+		if b.Release {
+			mine = func(u store.JobUpdate) bool { return u.Kind == store.UpdateRelease }
+		}
 	}
 	var done *updRec
 	for _, u := range st.updated[id] {
@@ -398,6 +401,9 @@ func (s *Sim) checkUpdateReply(st *stepCtx, m *msgRec) {
 			want, runAt = store.UpdateDead, r.RunAt
 			if r.Status == api.StatusPending {
 				want = store.UpdateRetry
+				if b, _ := m.body.(*api.NackRequest); b != nil && b.Release {
+					want = store.UpdateRelease
+				}
 			}
 		}
 		switch {

@@ -375,6 +375,12 @@ func (w *worker) work(j api.Job, leaseMS int64) {
 				req.Attempt = j.Attempt
 			}
 			w.finish(s.newMsg(actors.OpNack, w.ns, w.name, req), h)
+		case r < l.Crash+l.Nack+l.Release:
+			req := &api.NackRequest{ID: j.ID, Release: true}
+			if s.rng.IntN(2) == 0 {
+				req.Attempt = j.Attempt
+			}
+			w.finish(s.newMsg(actors.OpNack, w.ns, w.name, req), h)
 		default:
 			req := &api.AckRequest{ID: j.ID, Result: json.RawMessage(`{"ok":true}`)}
 			if s.rng.IntN(2) == 0 {

@@ -135,9 +135,11 @@ type LoadConfig struct {
 	// dead-letter replay instead of an enqueue.
 	Events, Replays float64
 	// WorkMax bounds how long a worker holds a job; Crash is the chance it
-	// dies holding it, Nack that it fails it (NoRetry: without retry).
-	WorkMax              time.Duration
-	Crash, Nack, NoRetry float64
+	// dies holding it, Nack that it fails it (NoRetry: without retry),
+	// Release that it gives it back unstarted (a job it took ahead of a
+	// free slot, as a prefetching worker that stops does).
+	WorkMax                       time.Duration
+	Crash, Nack, NoRetry, Release float64
 	// LeaseMin..LeaseMax is the lease a worker asks for; Heartbeat the chance
 	// a worker heartbeats while it works.
 	LeaseMin, LeaseMax time.Duration
@@ -234,6 +236,8 @@ func RandomConfig(seed uint64, scale float64) Config {
 		LeaseMax:  between(time.Second, 6*time.Second),
 		Heartbeat: 0.5,
 	}
+	// Derived, not drawn: the draws of every seed stay as they were.
+	c.Load.Release = c.Load.Nack / 2
 	c.Drain = c.Load.LeaseMax + 2*time.Second
 	c.Chaos = ChaosConfig{
 		QuotaEvery:  between(time.Second, 6*time.Second),

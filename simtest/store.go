@@ -753,7 +753,7 @@ func (s *Sim) applyUpdates(st *stepCtx, w *writeRec, p store.JobUpdateManyParams
 		j := nm.jobs[u.ID]
 		expect := j != nil && j.status == api.StatusRunning && j.attempt == u.Attempt
 		st.updated[u.ID] = append(st.updated[u.ID], &updRec{u: u, applied: applied[i], w: w})
-		kind := [...]string{"?", "complete", "retry", "dead", "extend"}[u.Kind]
+		kind := [...]string{"?", "complete", "retry", "dead", "extend", "release"}[u.Kind]
 		s.logf("  store update %s %s@%d applied=%v", kind, s.alias(u.ID), u.Attempt, applied[i])
 		if applied[i] != expect {
 			s.violate(InvStore, "update %s of %s@%d: store applied=%v, the model expected %v", kind, s.alias(u.ID), u.Attempt, applied[i], expect)
@@ -796,6 +796,17 @@ func (s *Sim) applyUpdates(st *stepCtx, w *writeRec, p store.JobUpdateManyParams
 			}
 			nm.setStatus(j, api.StatusDead)
 			j.noRetry, j.leaseUntil = u.NoRetry, time.Time{}
+		case store.UpdateRelease:
+			// Given back unstarted: pending as before its claim, the
+			// attempt not spent, run_at and error as they were; the
+			// debounce key as for a retry.
+			if j.debounceKey != "" && nm.pendingDebounce(j.debounceKey) != nil {
+				j.debounceKey = ""
+			}
+			nm.setStatus(j, api.StatusPending)
+			j.attempt--
+			j.leaseUntil = time.Time{}
+			s.stat("released")
 		case store.UpdateExtend:
 			if !j.leaseUntil.After(p.Now) {
 				s.violate(InvLease, "%s: a lease that ran out at +%s was extended", s.alias(u.ID), fmtDur(j.leaseUntil.Sub(epoch)))
