@@ -12,6 +12,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/client"
@@ -184,4 +185,56 @@ func adminCall(n *node.Node, method, path, body string) []byte {
 		log.Fatalf("%s %s: %d %s %v", method, path, resp.StatusCode, data, err)
 	}
 	return data
+}
+
+// A worker that runs many small jobs holds some ahead of its free slots
+// (Prefetch): the next job starts as soon as a slot frees, without a
+// claim's round trip in between. Prefetched jobs are claimed, so they
+// count as running for max_running; a stop gives back those not started,
+// their attempt not spent.
+func ExampleWorkerConfig_prefetch() {
+	n, cleanup := startNode()
+	defer cleanup()
+	ctx := context.Background()
+
+	producer, err := client.Connect(n.NATSURL(), newToken(n, "producer"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer producer.Close()
+	jobs := make([]api.Job, 10)
+	for i := range jobs {
+		jobs[i] = api.Job{Queue: "pings", Task: "ping"}
+	}
+	if _, err := producer.EnqueueMany(ctx, jobs); err != nil {
+		log.Fatal(err)
+	}
+
+	c, err := client.Connect(n.NATSURL(), newToken(n, "worker"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	run, stop := context.WithCancel(ctx)
+	var ran atomic.Int64
+	w := client.NewWorker(c, client.WorkerConfig{Queues: []string{"pings"}, Concurrency: 1, Prefetch: 4},
+		func(context.Context, api.Job) (json.RawMessage, error) {
+			if ran.Add(1) == 3 {
+				stop() // stop after three: the prefetched rest goes back
+			}
+			return nil, nil
+		})
+	if err := w.Run(run); err != nil {
+		log.Fatal(err)
+	}
+
+	var usage struct {
+		Usage struct{ Pending, Running, Archived int64 }
+	}
+	if err := json.Unmarshal(adminCall(n, "GET", "/v1/usage", ""), &usage); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("ran:", ran.Load(), "completed:", usage.Usage.Archived, "running:", usage.Usage.Running, "pending:", usage.Usage.Pending)
+	// Output:
+	// ran: 3 completed: 3 running: 0 pending: 7
 }
