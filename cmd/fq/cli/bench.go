@@ -18,6 +18,10 @@ import (
 // Bench defaults.
 const (
 	defaultBenchJobs = 20000
+	// Bounds of the flags every mode takes (flood's own are FloodConfig's).
+	maxBenchJobs       = 100_000_000
+	maxBenchGoroutines = MaxFloodGoroutine
+	maxBenchDuration   = time.Hour
 	// benchStall ends a work phase that claims nothing for this long (a
 	// cap such as max_running 0 in the way).
 	benchStall = 15 * time.Second
@@ -30,6 +34,7 @@ type benchConfig struct {
 	payload   json.RawMessage
 	producers int
 	workers   int
+	prefetch  int // the SDK worker's WorkerConfig.Prefetch
 	batch     int
 	jobs      int
 	duration  time.Duration // enqueue phases run this long instead of jobs
@@ -45,16 +50,21 @@ type phaseStats struct {
 }
 
 func (a *app) bench(cmd *command, args []string) error {
+	if len(args) > 0 && args[0] == "flood" {
+		cmd = floodCommand // its usage line and --help
+	}
 	f := a.newFlags(cmd)
-	jobs := f.PosInt("jobs", defaultBenchJobs, "jobs per phase, default 20000 (all: the work phase works the jobs both enqueue phases wrote)")
-	duration, _ := f.Duration("duration", 0, "run each enqueue phase this long instead of --jobs")
-	producers := f.PosInt("producers", 32, "concurrent producers of the enqueue phases (default 32)")
+	jobs := f.PosInt("jobs", defaultBenchJobs, fmt.Sprintf("jobs per phase, default 20000, at most %d (all: the work phase works the jobs both enqueue phases wrote; flood: default 5000, at most %d)", maxBenchJobs, MaxFloodJobs))
+	duration, _ := f.Duration("duration", 0, fmt.Sprintf("run each phase this long instead of --jobs (at most %s)", maxBenchDuration))
+	producers := f.PosInt("producers", 32, fmt.Sprintf("concurrent producers of the enqueue phases (default 32; flood: B's, default 8; at most %d)", maxBenchGoroutines))
 	batch := f.PosInt("batch", 100, "jobs per EnqueueMany call in enqueue-batch (default 100)")
-	workers := f.PosInt("workers", 32, "concurrent workers of the work phase, each claiming one job at a time (default 32)")
-	queue := f.String("queue", "", "queue to use (default: a fresh bench-<unix ms>)")
+	workers := f.PosInt("workers", 32, fmt.Sprintf("concurrent workers of the work phase, each claiming one job at a time (default 32; flood: B's, default 8; at most %d)", maxBenchGoroutines))
+	queue := f.String("queue", "", "queue to use (default: a fresh bench-<unix ms>; flood: bench-flood-<unix ms>, in both namespaces)")
 	payload := f.JSON("payload", `each job's payload (default {"bench":true})`)
-	noDrain := f.Bool("no-drain", "leave the jobs enqueue and enqueue-batch wrote pending")
+	noDrain := f.Bool("no-drain", "leave the jobs the run wrote pending")
 	sdkWorker := f.Bool("sdk-worker", "work phase: one Go SDK worker with --workers slots (claims for its free slots, acks in batches) instead of --workers loops of claim (max=1) and ack")
+	prefetch := f.Int64("prefetch", fmt.Sprintf("with --sdk-worker: jobs the worker may hold ahead of its free slots (WorkerConfig.Prefetch; default 0, at most %d)", client.MaxPrefetch))
+	ff := a.newFloodFlags(f)
 	pos, err := f.parse(args, true)
 	if err != nil {
 		return err
@@ -66,27 +76,49 @@ func (a *app) bench(cmd *command, args []string) error {
 	switch {
 	case len(pos) > 1:
 		return usagef(cmd, "fq bench: unexpected argument %q", pos[1])
-	case mode != "enqueue" && mode != "enqueue-batch" && mode != "work" && mode != "all":
-		return usagef(cmd, "fq bench: unknown mode %q (enqueue, enqueue-batch, work or all)", mode)
+	case mode != "enqueue" && mode != "enqueue-batch" && mode != "work" && mode != "all" && mode != "flood":
+		return usagef(cmd, "fq bench: unknown mode %q (enqueue, enqueue-batch, work, all or flood)", mode)
 	case f.given("jobs") && f.given("duration"):
 		return usagef(cmd, "fq bench: give --jobs or --duration, not both")
-	case *duration < 0:
-		return usagef(cmd, "%s: must be positive, got %s", written(a.args, "duration"), *duration)
+	case f.given("duration") && (*duration <= 0 || *duration > maxBenchDuration):
+		return usagef(cmd, "%s: must be more than 0 and at most %s, got %s", written(a.args, "duration"), maxBenchDuration, *duration)
+	case *jobs > maxBenchJobs:
+		return usagef(cmd, "%s: at most %d jobs per phase, got %d", written(a.args, "jobs"), maxBenchJobs, *jobs)
+	case *producers > maxBenchGoroutines:
+		return usagef(cmd, "%s: at most %d, got %d", written(a.args, "producers"), maxBenchGoroutines, *producers)
+	case *workers > maxBenchGoroutines:
+		return usagef(cmd, "%s: at most %d, got %d", written(a.args, "workers"), maxBenchGoroutines, *workers)
+	case f.given("prefetch") && !*sdkWorker:
+		return usagef(cmd, "%s: only with --sdk-worker", written(a.args, "prefetch"))
+	case *prefetch < 0 || *prefetch > client.MaxPrefetch:
+		return usagef(cmd, "%s: must be 0-%d, got %d", written(a.args, "prefetch"), client.MaxPrefetch, *prefetch)
 	case *batch > api.MaxJobsPerCall:
 		return usagef(cmd, "%s: at most %d jobs per call, got %d", written(a.args, "batch"), api.MaxJobsPerCall, *batch)
 	}
 	cfg := benchConfig{
 		queue: *queue, payload: *payload, producers: *producers, workers: *workers,
-		batch: *batch, jobs: *jobs, duration: *duration,
+		prefetch: int(*prefetch), batch: *batch, jobs: *jobs, duration: *duration,
+	}
+	prefix := "bench"
+	if mode == "flood" {
+		prefix = "bench-flood"
 	}
 	if cfg.queue == "" {
-		cfg.queue = fmt.Sprintf("bench-%d", time.Now().UnixMilli())
+		cfg.queue = fmt.Sprintf("%s-%d", prefix, time.Now().UnixMilli())
+	}
+	if !api.ValidName(cfg.queue) {
+		return usagef(cmd, "%s: must be 1-%d bytes of [A-Za-z0-9._:-], got %q", written(a.args, "queue"), api.MaxNameBytes, cfg.queue)
+	}
+	if mode == "flood" {
+		return a.benchFlood(cmd, f, ff, cfg, *noDrain)
+	}
+	for _, name := range floodOnly {
+		if f.given(name) {
+			return usagef(cmd, "%s: only fq bench flood takes it", written(a.args, name))
+		}
 	}
 	if len(cfg.payload) == 0 {
 		cfg.payload = json.RawMessage(`{"bench":true}`)
-	}
-	if err := api.CheckName("queue", cfg.queue); err != nil {
-		return err
 	}
 	c, err := a.connect()
 	if err != nil {
@@ -285,16 +317,8 @@ func (a *app) enqueuePhase(c *client.Client, cfg benchConfig, name string, batch
 
 // benchFill enqueues cfg.jobs jobs for the work phase, untimed.
 func benchFill(ctx context.Context, c *client.Client, cfg benchConfig) error {
-	const chunk = 1000
-	job := api.Job{Queue: cfg.queue, Task: benchTask, Payload: cfg.payload}
-	jobs := make([]api.Job, chunk)
-	for i := range jobs {
-		jobs[i] = job
-	}
-	for left := cfg.jobs; left > 0; left -= chunk {
-		if _, err := c.EnqueueMany(ctx, jobs[:min(chunk, left)]); err != nil {
-			return fmt.Errorf("bench work: enqueue the jobs to work: %w", err)
-		}
+	if err := fillQueue(ctx, c, cfg.queue, cfg.payload, cfg.jobs); err != nil {
+		return fmt.Errorf("bench work: enqueue the jobs to work: %w", err)
 	}
 	return nil
 }
@@ -396,7 +420,7 @@ func (a *app) sdkWorkPhase(c *client.Client, cfg benchConfig, name string, total
 	var done atomic.Int64
 	warned := &warnCounter{}
 	w := client.NewWorker(c, client.WorkerConfig{
-		Queues: []string{cfg.queue}, Concurrency: cfg.workers, Lease: time.Minute, Wait: 250 * time.Millisecond,
+		Queues: []string{cfg.queue}, Concurrency: cfg.workers, Prefetch: cfg.prefetch, Lease: time.Minute, Wait: 250 * time.Millisecond,
 		Name: "fq-bench", Log: slog.New(warned),
 	}, func(context.Context, api.Job) (json.RawMessage, error) {
 		if done.Add(1) == total {

@@ -148,7 +148,7 @@ func init() {
 		{"token create", "--namespace NS --role admin|producer|worker [--json]", (*app).tokenCreate},
 		{"token revoke", "ID", (*app).tokenRevoke},
 		{"cluster status", "[--json]", (*app).clusterStatus},
-		{"bench", "[enqueue|enqueue-batch|work|all] [--jobs N | --duration D] [--producers N] [--batch N] [--workers N] [--queue Q] [--payload JSON] [--no-drain]\n" +
+		{"bench", "[enqueue|enqueue-batch|work|all|flood] [--jobs N | --duration D] [--producers N] [--batch N] [--workers N] [--queue Q] [--payload JSON] [--no-drain] [--sdk-worker [--prefetch N]]\n" +
 			"  load generator: jobs/s and latency percentiles per phase, in a fresh queue of the token's namespace\n" +
 			"  (completed jobs stay archived there: bench with a scratch namespace's token to keep others clean)", (*app).bench},
 	}
