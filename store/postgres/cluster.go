@@ -67,11 +67,14 @@ const (
 		ON CONFLICT (node) DO UPDATE SET info = excluded.info, expires_at = excluded.expires_at`
 	// Rows of members gone for good are dropped by the heartbeats of the
 	// others; a row another heartbeat holds is skipped, so two nodes
-	// dropping each other's rows never wait for each other.
+	// dropping each other's rows never wait for each other. It runs only
+	// when the read below found such a row: run on every heartbeat, three
+	// nodes' sweeps against each other's upserts took PostgreSQL about
+	// 100 ms of CPU each (0.2 ms alone), half the store's CPU under load.
 	memberSweepSQL = `DELETE FROM members WHERE node IN (
 		SELECT node FROM members WHERE expires_at <= $1::timestamptz AND node <> $2::text
 		FOR UPDATE SKIP LOCKED)`
-	memberLiveSQL = `SELECT node, info, expires_at FROM members WHERE expires_at > $1::timestamptz ORDER BY node`
+	memberAllSQL = `SELECT node, info, expires_at FROM members ORDER BY node`
 )
 
 // MemberHeartbeat records p.Node as live until p.Now+p.TTL and returns the
@@ -87,9 +90,9 @@ func (s *Store) MemberHeartbeat(ctx context.Context, p store.MemberHeartbeatPara
 	var out []store.Member
 	err = s.write(ctx, "MemberHeartbeat", func(t *txn) error {
 		out = nil
+		gone := false
 		t.exec(memberUpsertSQL, []any{p.Node, string(info), p.Now.Add(p.TTL)}, nil)
-		t.exec(memberSweepSQL, []any{p.Now, p.Node}, nil)
-		t.query(memberLiveSQL, []any{p.Now}, func(rows pgx.Rows) error {
+		t.query(memberAllSQL, nil, func(rows pgx.Rows) error {
 			for rows.Next() {
 				var (
 					m   store.Member
@@ -97,6 +100,10 @@ func (s *Store) MemberHeartbeat(ctx context.Context, p store.MemberHeartbeatPara
 				)
 				if err := rows.Scan(&m.Node, &raw, &m.Expires); err != nil {
 					return err
+				}
+				if !m.Expires.After(p.Now) {
+					gone = gone || m.Node != p.Node
+					continue
 				}
 				if err := json.Unmarshal(raw, &m.Info); err != nil {
 					return fmt.Errorf("member %q: info: %w", m.Node, err)
@@ -106,6 +113,12 @@ func (s *Store) MemberHeartbeat(ctx context.Context, p store.MemberHeartbeatPara
 			}
 			return rows.Err()
 		})
+		if err := t.flush(); err != nil {
+			return err
+		}
+		if gone {
+			t.exec(memberSweepSQL, []any{p.Now, p.Node}, nil)
+		}
 		return nil
 	})
 	if err != nil {

@@ -284,3 +284,51 @@ func TestMigrationMovesRunAtToMicroseconds(t *testing.T) {
 		}
 	}
 }
+
+// A dead member's row is dropped by another node's heartbeat (the sweep
+// runs only when a heartbeat sees such a row), and no other row is.
+func TestHeartbeatSweepsDeadMembers(t *testing.T) {
+	ctx := context.Background()
+	url := testserver.Postgres(t)
+	s := open(t, url, postgres.Options{})
+	t0 := time.Unix(1_700_000_000, 0).UTC()
+	beat := func(node string, now time.Time) []store.Member {
+		t.Helper()
+		got, err := s.MemberHeartbeat(ctx, store.MemberHeartbeatParams{Node: node, Now: now, TTL: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	rows := func() []string {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		r, err := conn.Query(ctx, `SELECT node FROM members ORDER BY node`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes, err := pgx.CollectRows(r, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nodes
+	}
+	beat("a", t0)
+	beat("b", t0)
+	beat("c", t0.Add(time.Second))
+	if got := rows(); len(got) != 3 {
+		t.Fatalf("rows %v, want a, b, c", got)
+	}
+	// At +2.5 s a and b have expired; c's heartbeat sees them and drops
+	// both rows, keeping its own.
+	if got := beat("c", t0.Add(2500*time.Millisecond)); len(got) != 1 || got[0].Node != "c" {
+		t.Fatalf("live members %+v, want c alone", got)
+	}
+	if got := rows(); len(got) != 1 || got[0] != "c" {
+		t.Fatalf("rows after c's heartbeat %v, want c alone", got)
+	}
+}
