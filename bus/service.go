@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,7 @@ type Service struct {
 	// the partitions it holds (followPartitions keeps them in step).
 	pmu       sync.Mutex
 	psubs     map[int]*nats.Subscription
+	draining  []*nats.Subscription // partition subscriptions given up, draining
 	pstop     chan struct{}
 	pdone     chan struct{}
 	pstopOnce sync.Once
@@ -180,6 +182,7 @@ func (s *Service) followPartitions() {
 func (s *Service) syncPartitions(held []int) {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
+	s.draining = slices.DeleteFunc(s.draining, func(sub *nats.Subscription) bool { return !sub.IsValid() })
 	keep := make(map[int]bool, len(held))
 	for _, p := range held {
 		keep[p] = true
@@ -197,7 +200,11 @@ func (s *Service) syncPartitions(held []int) {
 	}
 	for p, sub := range s.psubs {
 		if !keep[p] {
-			_ = sub.Unsubscribe()
+			// Drained, not dropped: calls already delivered to this
+			// connection are still taken (and forwarded if need be);
+			// an unsubscribe would leave their callers to time out.
+			_ = sub.Drain()
+			s.draining = append(s.draining, sub)
 			delete(s.psubs, p)
 		}
 	}
@@ -216,13 +223,30 @@ func (s *Service) partitioned(m *nats.Msg) {
 	h(inbound{subject: subject, data: m.Data, header: m.Header, reply: m.Reply})
 }
 
-// stopPartitions drops the partition subscriptions for good.
-func (s *Service) stopPartitions() {
+// stopPartitions drops the partition subscriptions for good and waits
+// until the calls they had taken are handed on (or ctx ends).
+func (s *Service) stopPartitions(ctx context.Context) error {
 	if s.pstop == nil {
-		return
+		return nil
 	}
 	s.pstopOnce.Do(func() { close(s.pstop) })
 	<-s.pdone
+	s.pmu.Lock()
+	draining := s.draining
+	s.draining = nil
+	s.pmu.Unlock()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for _, sub := range draining {
+		for sub.IsValid() && !s.nc.IsClosed() {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+	}
+	return nil
 }
 
 // Forwarding headers: the subject the client called, and how many nodes
@@ -465,7 +489,9 @@ func (s *Service) publishReply(reply string, part int, body any, e *api.Error) {
 // returns when the drain is done (or ctx ends). The actors then answer
 // what they hold; the connection must stay open until they have.
 func (s *Service) Stop(ctx context.Context) error {
-	s.stopPartitions()
+	if err := s.stopPartitions(ctx); err != nil {
+		return err
+	}
 	target := s.nc.NumSubscriptions() - s.ownSubs
 	if err := s.svc.Stop(); err != nil {
 		return fmt.Errorf("stop flexiq service: %w", err)
