@@ -128,10 +128,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	// Two claims may be in flight at once, so tokens that free while one
-	// waits for its reply are claimed by the other instead of idling.
+	// waits for its reply are claimed by the other instead of idling;
+	// three for 64 tokens or more, which keep the namespace's actor busier
+	// (in-process, 96 ahead of 32 slots: 7-14 % more jobs/s on SQLite and
+	// PostgreSQL than two; a second batched ack in flight added nothing).
 	claimers := 1
 	if w.cfg.Concurrency+w.cfg.Prefetch >= 4 {
 		claimers = 2
+	}
+	if w.cfg.Concurrency+w.cfg.Prefetch >= 64 {
+		claimers = 3
 	}
 	var cwg sync.WaitGroup
 	for range claimers {
