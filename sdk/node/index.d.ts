@@ -285,6 +285,14 @@ export interface WorkerOptions {
   queues: string[];
   /** Jobs at once (default 1). */
   concurrency?: number;
+  /**
+   * Jobs the worker may hold ahead of its free slots (default 0, at most
+   * 1 000). They are claimed, so they are leased, heartbeated and count as
+   * running for max_running; each starts as soon as a slot frees, and
+   * those not started when the worker stops are released (pending again,
+   * their attempt not spent).
+   */
+  prefetch?: number;
   /** Lease of each job in ms (default 30 000); heartbeats every third of it. */
   leaseMs?: number;
   /** Long poll of each claim in ms (default 1 000): the longest stop() waits for a claim in flight. */

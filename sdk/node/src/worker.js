@@ -38,6 +38,7 @@ export class Worker extends EventEmitter {
   #handler;
   #queues;
   #concurrency;
+  #prefetch;
   #leaseMs;
   #waitMs;
   #name;
@@ -45,7 +46,16 @@ export class Worker extends EventEmitter {
 
   /** "new" | "running" | "stopping" | "stopped" */
   #state = "new";
+  /** Jobs the worker may still take: concurrency + prefetch, less those it holds. */
   #free = 0;
+  /** Handlers running. */
+  #active = 0;
+  /**
+   * Jobs claimed ahead of a free slot, not started (prefetch): leased and
+   * heartbeated like running ones, released if the worker stops first.
+   * @type {import("../index.js").Job[]}
+   */
+  #waiting = [];
   /** Woken whenever a slot frees or the worker stops. @type {(() => void)[]} */
   #slotWaiters = [];
   /** @type {Map<string, {job: import("../index.js").Job, ac: AbortController, abandoned: boolean}>} */
@@ -82,14 +92,18 @@ export class Worker extends EventEmitter {
   constructor(client, options, handler) {
     super();
     if (typeof handler !== "function") throw new TypeError("Worker: handler must be a function");
-    const { queues, concurrency = 1, leaseMs = 30_000, waitMs = 1000, name = "", onError } = options ?? {};
+    const { queues, concurrency = 1, prefetch = 0, leaseMs = 30_000, waitMs = 1000, name = "", onError } = options ?? {};
     if (!Array.isArray(queues) || queues.length === 0) throw new TypeError("Worker: queues must name at least one queue");
     if (!Number.isInteger(concurrency) || concurrency < 1) throw new TypeError("Worker: concurrency must be an integer >= 1");
+    if (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > Limits.MAX_BATCH) {
+      throw new TypeError(`Worker: prefetch must be an integer from 0 to ${Limits.MAX_BATCH}`);
+    }
     if (!(leaseMs >= 3)) throw new TypeError("Worker: leaseMs must be at least 3");
     this.#client = client;
     this.#handler = handler;
     this.#queues = [...queues];
     this.#concurrency = concurrency;
+    this.#prefetch = prefetch;
     this.#leaseMs = leaseMs;
     this.#waitMs = waitMs;
     this.#name = name;
@@ -117,11 +131,13 @@ export class Worker extends EventEmitter {
   start() {
     if (this.#state !== "new") throw new Error(`Worker: cannot start a worker that is ${this.#state}`);
     this.#state = "running";
-    this.#free = this.#concurrency;
+    this.#free = this.#concurrency + this.#prefetch;
     this.#heartbeatTimer = setInterval(() => this.#heartbeat(), Math.max(1, Math.floor(this.#leaseMs / 3)));
     // Two claims may be in flight at once, so slots that free while one
-    // waits for its reply are claimed by the other instead of idling.
-    const claimers = this.#concurrency >= 4 ? 2 : 1;
+    // waits for its reply are claimed by the other instead of idling;
+    // three for 64 or more (the Go SDK's worker does the same).
+    const tokens = this.#concurrency + this.#prefetch;
+    const claimers = tokens >= 64 ? 3 : tokens >= 4 ? 2 : 1;
     for (let i = 0; i < claimers; i++) this.#claimers.push(this.#claimLoop());
     return this;
   }
@@ -164,6 +180,7 @@ export class Worker extends EventEmitter {
     }
     this.#state = "stopping";
     this.#stopAC.abort();
+    this.#releaseWaiting();
     this.#wakeSlotWaiters();
     this.#stopped = this.#drain(timeout);
     return this.#stopped;
@@ -222,9 +239,57 @@ export class Worker extends EventEmitter {
     return new Promise((resolve) => this.#slotWaiters.push(() => resolve(undefined)));
   }
 
+  /** A handler settled: its slot takes the next job held ahead, if any. */
   #release() {
+    this.#active--;
     this.#free++;
+    const next = this.#state === "running" ? this.#waiting.shift() : undefined;
+    if (next) {
+      this.#free--; // the token moves from the ended job to the next
+      this.#startJob(next);
+    }
     this.#wakeSlotWaiters();
+  }
+
+  /**
+   * Starts a claimed job in a free slot, or holds it until one frees
+   * (prefetch); once the worker stops, a job with no free slot is given back.
+   * @param {import("../index.js").Job} job
+   */
+  #admit(job) {
+    if (this.#active < this.#concurrency) {
+      this.#startJob(job);
+    } else if (this.#state === "running") {
+      this.#waiting.push(job);
+    } else {
+      this.#giveBack(job);
+    }
+  }
+
+  /** Gives back every job held ahead and not started. */
+  #releaseWaiting() {
+    const jobs = this.#waiting;
+    this.#waiting = [];
+    for (const job of jobs) this.#giveBack(job);
+  }
+
+  /**
+   * Releases a job never started: pending again, its attempt not spent.
+   * @param {import("../index.js").Job} job
+   */
+  #giveBack(job) {
+    this.#free++;
+    const p = (async () => {
+      try {
+        await this.#client.release(job);
+      } catch (err) {
+        // Its lease runs out and it runs again: a failed attempt.
+        this.#report(err, { op: "nack", job: job.id });
+      }
+    })();
+    this.#nacks.add(p);
+    const done = () => void this.#nacks.delete(p);
+    p.then(done, done);
   }
 
   async #claimLoop() {
@@ -264,12 +329,13 @@ export class Worker extends EventEmitter {
       }
       this.#free += n - jobs.length;
       if (jobs.length < n) this.#wakeSlotWaiters();
-      for (const job of jobs) this.#startJob(job);
+      for (const job of jobs) this.#admit(job);
     }
   }
 
   /** @param {import("../index.js").Job} job */
   #startJob(job) {
+    this.#active++;
     const entry = { job, ac: new AbortController(), abandoned: false };
     this.#running.set(job.id, entry);
     const task = this.#runJob(entry);
@@ -412,12 +478,13 @@ export class Worker extends EventEmitter {
   }
 
   async #heartbeat() {
-    if (this.#heartbeating || this.#running.size === 0) return;
+    if (this.#heartbeating || (this.#running.size === 0 && this.#waiting.length === 0)) return;
     this.#heartbeating = true;
     try {
       /** @type {Map<string, import("../index.js").Job>} */
       const sent = new Map();
       for (const [id, e] of this.#running) if (!e.abandoned) sent.set(id, e.job);
+      for (const job of this.#waiting) sent.set(job.id, job);
       const ids = [...sent.keys()];
       for (let i = 0; i < ids.length; i += Limits.MAX_BATCH) {
         const chunk = ids.slice(i, i + Limits.MAX_BATCH);
@@ -431,6 +498,14 @@ export class Worker extends EventEmitter {
         const kept = new Set(extended);
         for (const id of chunk) {
           if (kept.has(id)) continue;
+          const w = this.#waiting.findIndex((j) => j.id === id && j === sent.get(id));
+          if (w >= 0) {
+            // Held ahead and its lease is gone: not ours to start.
+            this.#waiting.splice(w, 1);
+            this.#free++;
+            this.#wakeSlotWaiters();
+            continue;
+          }
           const e = this.#running.get(id);
           if (!e || e.abandoned || e.job !== sent.get(id)) continue;
           // The lease is gone: another worker may hold the job now.

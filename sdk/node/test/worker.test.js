@@ -153,6 +153,44 @@ describe("Worker", () => {
     await worker.done;
   });
 
+  it("prefetch: jobs held ahead count as running and are released on stop, their attempt not spent", async () => {
+    const ten = await node.tenant();
+    const admin = await node.http("PUT", "/v1/quota", { token: ten.admin, body: { max_running: 4 } });
+    assert.equal(admin.status, 200);
+    const producer = await dial(ten.producer);
+    const client = await dial(ten.worker);
+    await fill(producer, 6);
+
+    const gate = deferred();
+    const first = deferred();
+    let started = 0;
+    const worker = new Worker(client, { queues: ["q"], concurrency: 1, prefetch: 3, onError: noErrors }, async () => {
+      started++;
+      first.resolve(undefined);
+      await gate.promise;
+    });
+    worker.start();
+    await first.promise;
+    // One running and three held ahead: max_running is reached.
+    for (let i = 0; ; i++) {
+      const u = await node.usage(ten.admin);
+      if (u.running === 4) break;
+      assert.ok(i < 400, `running ${u.running}, want 4`);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    const other = await dial(ten.worker);
+    assert.deepEqual(await other.claim({ queues: ["q"], max: 1 }), []);
+
+    const stopping = worker.stop({ timeout: 30_000 });
+    gate.resolve(undefined);
+    await stopping;
+    assert.equal(started, 1);
+    assert.deepEqual(await node.usage(ten.admin), { pending: 5, running: 0, archived: 1, dead: 0 });
+    const jobs = await other.claim({ queues: ["q"], max: 10 });
+    assert.equal(jobs.length, 4, "max_running 4");
+    for (const j of jobs) assert.equal(j.attempt, 1, "a released job's attempt was not spent");
+  });
+
   it("stop()'s deadline aborts a handler that does not finish and gives its job back", async () => {
     const ten = await node.tenant();
     const producer = await dial(ten.producer);
