@@ -120,10 +120,15 @@ func (h *History) evictLocked() {
 			oldest, at = ns, s.seen
 		}
 	}
-	delete(h.series, oldest)
-	if !h.dropped[oldest] {
-		h.dropped[oldest] = true
-		h.order = append(h.order, oldest)
+	h.dropLocked(oldest)
+}
+
+// dropLocked removes ns's series and remembers it was dropped.
+func (h *History) dropLocked(ns string) {
+	delete(h.series, ns)
+	if !h.dropped[ns] {
+		h.dropped[ns] = true
+		h.order = append(h.order, ns)
 		if len(h.order) > h.max {
 			delete(h.dropped, h.order[0])
 			h.order = h.order[1:]
@@ -251,6 +256,41 @@ func (h *History) Get(ns string) HistoryReply {
 		out.Shed = append(out.Shed, int64(x.jobsShed))
 	}
 	return out
+}
+
+// Live is namespace ns's pending and running jobs as its actor last
+// reported them on this node (alarm.Live); ok is false when this node
+// keeps no report of ns. Only the owner's actor changes those counts and
+// it reports them after every step, so a report stays true while the
+// namespace idles; Forget drops the reports of namespaces this node no
+// longer owns.
+func (h *History) Live(ns string) (pending, running int64, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.series[ns]
+	if s == nil {
+		return 0, 0, false
+	}
+	return s.pending, s.running, true
+}
+
+// Record takes counts read from the store as namespace ns's report, for a
+// namespace whose actor has not reported on this node yet.
+func (h *History) Record(ns string, pending, running int64, now time.Time) {
+	h.observe(ns, pending, running, now)
+}
+
+// Forget drops the namespaces match selects (their partitions moved to
+// another node): their counts and charts live there now. One that comes
+// back starts afresh, as after an eviction.
+func (h *History) Forget(match func(ns string) bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ns := range h.series {
+		if match(ns) {
+			h.dropLocked(ns)
+		}
+	}
 }
 
 // Len is how many namespaces the history keeps.

@@ -113,3 +113,25 @@ func TestHistoryNamespaceBound(t *testing.T) {
 		t.Fatalf("kept %d namespaces, want %d", h.Len(), HistoryNamespaces)
 	}
 }
+
+// Live is the actor's last report; Forget drops the namespaces that moved
+// to another node, charts and counts alike.
+func TestHistoryLiveAndForget(t *testing.T) {
+	m := NewMetrics()
+	h := NewHistory(m, 10*time.Second)
+	if _, _, ok := h.Live("acme"); ok {
+		t.Fatal("a namespace never reported is live")
+	}
+	m.Gauges("acme", 7, 2)
+	m.Gauges("other", 1, 0)
+	if p, r, ok := h.Live("acme"); !ok || p != 7 || r != 2 {
+		t.Fatalf("Live(acme) = %d, %d, %v; want 7, 2, true", p, r, ok)
+	}
+	h.Forget(func(ns string) bool { return ns == "acme" })
+	if _, _, ok := h.Live("acme"); ok {
+		t.Fatal("a forgotten namespace is still live")
+	}
+	if _, _, ok := h.Live("other"); !ok {
+		t.Fatal("Forget dropped a namespace it did not select")
+	}
+}

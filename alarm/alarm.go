@@ -108,6 +108,12 @@ func NeedsCounts(doc quota.Document) bool {
 	return doc.MaxPending != nil || doc.MaxRunning != nil || doc.MaxArchivedRows != nil || doc.MaxDeadRows != nil
 }
 
+// needsFinished reports whether doc limits the completed or dead rows,
+// which only the store counts.
+func needsFinished(doc quota.Document) bool {
+	return doc.MaxArchivedRows != nil || doc.MaxDeadRows != nil
+}
+
 // Readings puts each limit doc sets beside its usage, in the document's
 // field order. rates may be nil (the rate then reads 0).
 func Readings(ns string, doc quota.Document, c store.Counts, rates Rates) []Reading {

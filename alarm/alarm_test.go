@@ -248,9 +248,11 @@ type countingStore struct {
 	store.Store
 	counts map[string]store.Counts
 	writes int
+	reads  int // JobCount calls
 }
 
 func (c *countingStore) JobCount(_ context.Context, ns string) (store.Counts, error) {
+	c.reads++
 	n, ok := c.counts[ns]
 	if !ok {
 		return store.Counts{}, errors.New("no counts for " + ns)
@@ -261,4 +263,61 @@ func (c *countingStore) JobCount(_ context.Context, ns string) (store.Counts, er
 func (c *countingStore) SettingPut(ctx context.Context, p store.SettingPutParams) (store.Setting, error) {
 	c.writes++
 	return c.Store.SettingPut(ctx, p)
+}
+
+// liveCounts is a Live over a map, as admin.History is over the actors'
+// reports.
+type liveCounts map[string][2]int64
+
+func (l liveCounts) Live(ns string) (int64, int64, bool) {
+	c, ok := l[ns]
+	return c[0], c[1], ok
+}
+
+func (l liveCounts) Record(ns string, pending, running int64, _ time.Time) {
+	l[ns] = [2]int64{pending, running}
+}
+
+// With the owner's live counts, a namespace that limits only pending and
+// running jobs is evaluated without counting its backlog in the store:
+// the store is counted once, for a namespace no actor has reported yet,
+// and that count is kept; a limit on finished rows is still counted there.
+func TestEvaluatorCountsTheStoreOnlyWhenItMust(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	if _, err := st.SettingPut(ctx, store.SettingPutParams{Key: quota.Key("acme"), Value: []byte(`{"max_pending":10}`), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	cs := &countingStore{Store: st, counts: map[string]store.Counts{"acme": {Pending: 9}}}
+	live := liveCounts{}
+	e := New(Config{Store: cs, Live: live})
+	pass := func() []Change {
+		t.Helper()
+		now = now.Add(10 * time.Second)
+		c, err := e.RunOnce(ctx, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if c := pass(); len(c) != 1 || !c[0].Raised || cs.reads != 1 {
+		t.Fatalf("first pass: %+v after %d store counts, want acme raised from one count", c, cs.reads)
+	}
+	// The actor reports 6 pending (60 %): cleared, from the report alone.
+	live["acme"] = [2]int64{6, 0}
+	if c := pass(); len(c) != 1 || c[0].Raised || cs.reads != 1 {
+		t.Fatalf("second pass: %+v after %d store counts, want acme cleared with no count", c, cs.reads)
+	}
+	if _, err := st.SettingPut(ctx, store.SettingPutParams{Key: quota.Key("acme"), Value: []byte(`{"max_pending":10,"max_dead_rows":5}`), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	pass()
+	if cs.reads != 2 {
+		t.Fatalf("%d store counts with max_dead_rows set, want one more", cs.reads)
+	}
 }

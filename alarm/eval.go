@@ -60,12 +60,23 @@ type Config struct {
 	// evaluates it.
 	Owns func(ns string) bool
 	// Rates is this node's view of each namespace's enqueue rate.
-	Rates    Rates
+	Rates Rates
+	// Live, when set, has the pending and running counts the owner's
+	// actor last reported (admin.History): a pass then counts nothing in
+	// the store for a namespace that limits only those, however long its
+	// backlog. Counts read from the store are handed back to it.
+	Live     Live
 	Observer Observer
 	Log      *slog.Logger
 	// MaxPerPass bounds the namespaces evaluated in one pass (default
 	// 1000); the next pass goes on where this one stopped.
 	MaxPerPass int
+}
+
+// Live is what a node knows of its namespaces' counts without the store.
+type Live interface {
+	Live(ns string) (pending, running int64, ok bool)
+	Record(ns string, pending, running int64, now time.Time)
 }
 
 // Evaluator raises and clears the alarms of the namespaces this node owns.
@@ -132,7 +143,7 @@ func (e *Evaluator) RunOnce(ctx context.Context, now time.Time) ([]Change, error
 			// dashboard shows it stopped.
 			continue
 		}
-		readings, err := e.readings(ctx, ns, doc)
+		readings, err := e.readings(ctx, ns, doc, now)
 		if err != nil {
 			return changes, err
 		}
@@ -174,12 +185,21 @@ func (e *Evaluator) RunOnce(ctx context.Context, now time.Time) ([]Change, error
 	return changes, nil
 }
 
-func (e *Evaluator) readings(ctx context.Context, ns string, doc quota.Document) ([]Reading, error) {
+func (e *Evaluator) readings(ctx context.Context, ns string, doc quota.Document, now time.Time) ([]Reading, error) {
 	var c store.Counts
 	if NeedsCounts(doc) {
-		var err error
-		if c, err = e.cfg.Store.JobCount(ctx, ns); err != nil {
-			return nil, fmt.Errorf("count the jobs of namespace %q: %w", ns, err)
+		live := false
+		if e.cfg.Live != nil && !needsFinished(doc) {
+			c.Pending, c.Running, live = e.cfg.Live.Live(ns)
+		}
+		if !live {
+			var err error
+			if c, err = e.cfg.Store.JobCount(ctx, ns); err != nil {
+				return nil, fmt.Errorf("count the jobs of namespace %q: %w", ns, err)
+			}
+			if e.cfg.Live != nil {
+				e.cfg.Live.Record(ns, c.Pending, c.Running, now)
+			}
 		}
 	}
 	return Readings(ns, doc, c, e.cfg.Rates), nil

@@ -116,7 +116,9 @@ func (n *Node) startCluster(ctx context.Context) error {
 			}
 			evictCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			n.Actors.Evict(evictCtx, func(ns string) bool { return lost[cluster.PartitionOf(ns)] })
+			moved := func(ns string) bool { return lost[cluster.PartitionOf(ns)] }
+			n.Actors.Evict(evictCtx, moved)
+			n.History.Forget(moved)
 		},
 	})
 	// The first round places this node before it takes calls; runCluster

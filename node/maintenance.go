@@ -53,7 +53,7 @@ func (n *Node) startMaintenance(ctx context.Context) {
 // sees their enqueue rate, so every namespace has one evaluator.
 func (n *Node) startUsage(ctx context.Context) {
 	eval := alarm.New(alarm.Config{
-		Store: n.Store, Rates: n.History, Observer: n.Metrics, Log: n.log,
+		Store: n.Store, Rates: n.History, Live: n.History, Observer: n.Metrics, Log: n.log,
 		Owns: func(ns string) bool { return n.OwnerOf(ns) == n.cfg.NodeID },
 	})
 	n.bg.Add(1)
