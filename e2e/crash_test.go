@@ -53,6 +53,18 @@ type proc struct {
 	cmd                   *exec.Cmd
 }
 
+// newProc is a node process of t's backend on free loopback ports, not
+// started yet.
+func newProc(t *testing.T) *proc {
+	t.Helper()
+	bin, err := fqNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	return &proc{t: t, bin: bin, dir: dir, storeURL: storeURLFor(t, dir), natsAddr: freeAddr(t), admin: freeAddr(t), grpc: freeAddr(t), root: "fq_root_crash_test"}
+}
+
 func (p *proc) start() {
 	p.t.Helper()
 	p.cmd = exec.Command(p.bin, "--data-dir", p.dir, "--store", p.storeURL, "--nats-listen", p.natsAddr,
@@ -93,12 +105,7 @@ func (p *proc) kill() {
 // nothing else does.
 func TestCrashLosesNoAcknowledgedEnqueue(t *testing.T) {
 	eachBackend(t, func(t *testing.T) {
-		bin, err := fqNode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir := t.TempDir()
-		p := &proc{t: t, bin: bin, dir: dir, storeURL: storeURLFor(t, dir), natsAddr: freeAddr(t), admin: freeAddr(t), grpc: freeAddr(t), root: "fq_root_crash_test"}
+		p := newProc(t)
 		p.start()
 		defer p.kill()
 
@@ -191,12 +198,7 @@ func TestCrashLosesNoAcknowledgedEnqueue(t *testing.T) {
 // it wakes the namespaces that have running jobs when it starts.
 func TestRestartAfterCrashBringsClaimsBackUnasked(t *testing.T) {
 	eachBackend(t, func(t *testing.T) {
-		bin, err := fqNode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir := t.TempDir()
-		p := &proc{t: t, bin: bin, dir: dir, storeURL: storeURLFor(t, dir), natsAddr: freeAddr(t), admin: freeAddr(t), grpc: freeAddr(t), root: "fq_root_crash_test"}
+		p := newProc(t)
 		p.start()
 		c, err := client.Connect("nats://"+p.natsAddr, p.root)
 		if err != nil {
