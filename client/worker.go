@@ -34,9 +34,12 @@ type WorkerConfig struct {
 	// against max_running and the queue and task caps, like one running;
 	// it starts as soon as a slot frees, without a claim's round trip in
 	// between. On stop, jobs not started are released (Client.Release):
-	// pending again at once, their attempt not spent. Keep it small when
-	// jobs are slow or several workers share a max_running: a prefetched
-	// job waits here while another worker could run it.
+	// pending again at once, their attempt not spent. A prefetched job
+	// whose lease is lost (a heartbeat did not extend it) or has run out
+	// by this worker's clock (heartbeats failing) is never started: the
+	// node may have given it to another worker. Keep it small when jobs
+	// are slow or several workers share a max_running: a prefetched job
+	// waits here while another worker could run it.
 	Prefetch int
 	Name     string
 	Log      *slog.Logger
@@ -52,13 +55,27 @@ type Worker struct {
 	h   Handler
 
 	mu      sync.Mutex
-	running map[string]int64 // id → attempt, prefetched jobs included
+	running map[string]*heldJob // prefetched jobs included
 
 	// Acks wait here for the acker, which sends what has gathered in one
 	// request while the worker goes on claiming.
 	ackMu   sync.Mutex
 	acks    []api.AckItem
 	ackWake chan struct{}
+}
+
+// heldJob is a job the worker holds under a lease: running, or
+// prefetched and waiting for a slot.
+type heldJob struct {
+	attempt int64
+	// deadline is the lease as this worker can vouch for it: when the
+	// claim, or the last heartbeat that extended it, was sent, plus the
+	// lease. Past it the server may have given the job to another worker.
+	deadline time.Time
+	// lost: a heartbeat came back without the job, so its lease is gone.
+	lost bool
+	// cancel ends the handler's context once the job runs.
+	cancel context.CancelCauseFunc
 }
 
 // NewWorker returns a worker; Run starts it. It panics on a Prefetch
@@ -79,14 +96,18 @@ func NewWorker(c *Client, cfg WorkerConfig, h Handler) *Worker {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{c: c, cfg: cfg, h: h, running: map[string]int64{}, ackWake: make(chan struct{}, 1)}
+	return &Worker{c: c, cfg: cfg, h: h, running: map[string]*heldJob{}, ackWake: make(chan struct{}, 1)}
 }
 
 // Run claims and runs jobs until ctx ends, then stops gracefully: no new
 // claims, the claim in flight is taken, jobs already started finish, jobs
 // prefetched and not started are released, and Run returns once every job
 // it held is acked, nacked or released. Handlers get a context that is not
-// cancelled by ctx; they should finish on their own.
+// cancelled by ctx; they should finish on their own. It is cancelled when
+// the job's lease is lost (a heartbeat did not extend it; its cause is an
+// *api.Error with reason LEASE_LOST): another worker may run the job now,
+// and the handler's result is not sent. A prefetched job whose lease is
+// lost, or has run out by this worker's clock, is not started at all.
 //
 // A job's slot frees when its handler returns; its ack is sent in the
 // background, together with the acks of other jobs that finished meanwhile
@@ -115,10 +136,13 @@ func (w *Worker) Run(ctx context.Context) error {
 				case <-ctx.Done():
 					return
 				case job := <-ready:
-					if ctx.Err() != nil {
+					switch {
+					case !w.usable(job):
+						// Its lease is gone: not ours to start or give back.
+					case ctx.Err() != nil:
 						// Taken as the stop came: not started, so given back.
 						w.release(jobCtx, job)
-					} else {
+					default:
 						w.run(jobCtx, job)
 					}
 					<-held
@@ -153,7 +177,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	for {
 		select {
 		case job := <-ready:
-			w.release(jobCtx, job)
+			if w.usable(job) {
+				w.release(jobCtx, job)
+			}
 			<-held
 			continue
 		default:
@@ -161,6 +187,29 @@ func (w *Worker) Run(ctx context.Context) error {
 		break
 	}
 	return nil
+}
+
+// usable tells whether a held job not yet started is still the worker's
+// to run or give back: false, and the job forgotten, when its lease is
+// lost or has run out by this worker's clock.
+func (w *Worker) usable(job api.Job) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := w.running[job.ID]
+	if h == nil || h.attempt != job.Attempt {
+		return false
+	}
+	if h.lost || !time.Now().Before(h.deadline) {
+		delete(w.running, job.ID)
+		w.cfg.Log.Warn("lease of a job held ahead ran out before it started; not run", "job", job.ID, "attempt", job.Attempt)
+		return false
+	}
+	return true
+}
+
+// leaseLost is the cause of a handler's context when its lease is lost.
+func leaseLost(id string) error {
+	return api.Errorf(api.CodeAborted, api.ReasonLeaseLost, "job '%s' is not running under this lease", id)
 }
 
 // claimLoop claims jobs for the free tokens and hands them to the slots
@@ -184,6 +233,7 @@ func (w *Worker) claimLoop(ctx, jobCtx context.Context, held chan struct{}, read
 				break fill
 			}
 		}
+		sent := time.Now()
 		jobs, err := w.c.Claim(jobCtx, api.ClaimRequest{
 			Queues: w.cfg.Queues, Max: free, WaitMS: w.cfg.Wait.Milliseconds(), LeaseMS: leaseMS, Worker: w.cfg.Name,
 		})
@@ -203,7 +253,7 @@ func (w *Worker) claimLoop(ctx, jobCtx context.Context, held chan struct{}, read
 		}
 		for _, job := range jobs {
 			w.mu.Lock()
-			w.running[job.ID] = job.Attempt
+			w.running[job.ID] = &heldJob{attempt: job.Attempt, deadline: sent.Add(w.cfg.Lease)}
 			w.mu.Unlock()
 			ready <- job // never blocks: one token, one place
 		}
@@ -223,12 +273,26 @@ func (w *Worker) release(ctx context.Context, job api.Job) {
 }
 
 func (w *Worker) run(ctx context.Context, job api.Job) {
-	defer func() {
-		w.mu.Lock()
-		delete(w.running, job.ID)
-		w.mu.Unlock()
-	}()
-	result, err := w.safeHandle(ctx, job)
+	// The handler's context ends if a heartbeat finds the lease lost.
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w.mu.Lock()
+	h := w.running[job.ID]
+	if h != nil {
+		h.cancel = cancel
+	}
+	w.mu.Unlock()
+	result, err := w.safeHandle(hctx, job)
+	w.mu.Lock()
+	delete(w.running, job.ID)
+	lost := h != nil && h.lost
+	w.mu.Unlock()
+	if lost {
+		// Another worker may hold the job now: an ack or nack under this
+		// attempt would only be refused.
+		w.cfg.Log.Warn("job finished after its lease was lost; result not sent", "job", job.ID, "attempt", job.Attempt)
+		return
+	}
 	if err == nil {
 		w.ackMu.Lock()
 		w.acks = append(w.acks, api.AckItem{ID: job.ID, Attempt: job.Attempt, Result: result})
@@ -312,16 +376,47 @@ func (w *Worker) heartbeats(ctx context.Context, done <-chan struct{}) {
 		case <-t.C:
 		}
 		w.mu.Lock()
-		ids := make([]string, 0, len(w.running))
-		for id := range w.running {
-			ids = append(ids, id)
+		held := make(map[string]*heldJob, len(w.running))
+		for id, h := range w.running {
+			if !h.lost {
+				held[id] = h
+			}
 		}
 		w.mu.Unlock()
-		if len(ids) == 0 {
+		if len(held) == 0 {
 			continue
 		}
-		if _, err := w.c.Heartbeat(ctx, w.cfg.Lease.Milliseconds(), ids...); err != nil {
-			w.cfg.Log.Warn("heartbeat failed", "err", err)
+		ids := make([]string, 0, len(held))
+		for id := range held {
+			ids = append(ids, id)
 		}
+		sent := time.Now()
+		extended, err := w.c.Heartbeat(ctx, w.cfg.Lease.Milliseconds(), ids...)
+		if err != nil {
+			// The leases run on; a job held ahead past its deadline is
+			// not started.
+			w.cfg.Log.Warn("heartbeat failed", "err", err)
+			continue
+		}
+		kept := make(map[string]bool, len(extended))
+		for _, id := range extended {
+			kept[id] = true
+		}
+		w.mu.Lock()
+		for id, h := range held {
+			if w.running[id] != h {
+				continue // finished meanwhile
+			}
+			if kept[id] {
+				h.deadline = sent.Add(w.cfg.Lease)
+				continue
+			}
+			h.lost = true
+			w.cfg.Log.Warn("lease lost: a heartbeat did not extend it", "job", id, "attempt", h.attempt)
+			if h.cancel != nil {
+				h.cancel(leaseLost(id))
+			}
+		}
+		w.mu.Unlock()
 	}
 }

@@ -56,6 +56,13 @@ export class Worker extends EventEmitter {
    * @type {import("../index.js").Job[]}
    */
   #waiting = [];
+  /**
+   * When the lease of a job held ahead runs out by this worker's clock:
+   * when the claim, or the last heartbeat that extended it, was sent, plus
+   * the lease. Past it the node may have given the job to another worker.
+   * @type {WeakMap<import("../index.js").Job, number>}
+   */
+  #heldUntil = new WeakMap();
   /** Woken whenever a slot frees or the worker stops. @type {(() => void)[]} */
   #slotWaiters = [];
   /** @type {Map<string, {job: import("../index.js").Job, ac: AbortController, abandoned: boolean}>} */
@@ -239,11 +246,20 @@ export class Worker extends EventEmitter {
     return new Promise((resolve) => this.#slotWaiters.push(() => resolve(undefined)));
   }
 
-  /** A handler settled: its slot takes the next job held ahead, if any. */
+  /**
+   * A handler settled: its slot takes the next job held ahead, if any,
+   * skipping those whose lease ran out while they waited (heartbeats
+   * failing): not ours to start.
+   */
   #release() {
     this.#active--;
     this.#free++;
-    const next = this.#state === "running" ? this.#waiting.shift() : undefined;
+    let next;
+    while (this.#state === "running" && (next = this.#waiting.shift())) {
+      if ((this.#heldUntil.get(next) ?? Infinity) > Date.now()) break;
+      this.#free++; // its token is free again
+      next = undefined;
+    }
     if (next) {
       this.#free--; // the token moves from the ended job to the next
       this.#startJob(next);
@@ -302,6 +318,7 @@ export class Worker extends EventEmitter {
       this.#free = 0;
       /** @type {import("../index.js").Job[]} */
       let jobs;
+      const sent = Date.now();
       try {
         jobs = await this.#client.claim({
           queues: this.#queues,
@@ -329,7 +346,10 @@ export class Worker extends EventEmitter {
       }
       this.#free += n - jobs.length;
       if (jobs.length < n) this.#wakeSlotWaiters();
-      for (const job of jobs) this.#admit(job);
+      for (const job of jobs) {
+        this.#heldUntil.set(job, sent + this.#leaseMs);
+        this.#admit(job);
+      }
     }
   }
 
@@ -489,6 +509,7 @@ export class Worker extends EventEmitter {
       for (let i = 0; i < ids.length; i += Limits.MAX_BATCH) {
         const chunk = ids.slice(i, i + Limits.MAX_BATCH);
         let extended;
+        const sentAt = Date.now();
         try {
           extended = await this.#client.heartbeat(chunk, { leaseMs: this.#leaseMs });
         } catch (err) {
@@ -497,7 +518,11 @@ export class Worker extends EventEmitter {
         }
         const kept = new Set(extended);
         for (const id of chunk) {
-          if (kept.has(id)) continue;
+          if (kept.has(id)) {
+            const job = sent.get(id);
+            if (job) this.#heldUntil.set(job, sentAt + this.#leaseMs);
+            continue;
+          }
           const w = this.#waiting.findIndex((j) => j.id === id && j === sent.get(id));
           if (w >= 0) {
             // Held ahead and its lease is gone: not ours to start.

@@ -191,6 +191,52 @@ describe("Worker", () => {
     for (const j of jobs) assert.equal(j.attempt, 1, "a released job's attempt was not spent");
   });
 
+  it("prefetch: a job held ahead whose lease ran out while heartbeats failed is not started", async () => {
+    const ten = await node.tenant();
+    const producer = await dial(ten.producer);
+    const client = await dial(ten.worker);
+    await fill(producer, 2);
+    // The node stays reachable for claims and acks; only heartbeats fail.
+    client.heartbeat = async () => {
+      throw new Error("heartbeat: node unreachable");
+    };
+    const gate = deferred();
+    const beatsFailed = deferred();
+    let failures = 0;
+    /** @type {string[]} */
+    const started = [];
+    const leaseMs = 300;
+    const worker = new Worker(
+      client,
+      {
+        queues: ["q"],
+        concurrency: 1,
+        prefetch: 1,
+        leaseMs,
+        onError: (err, info) => {
+          // Heartbeats go every third of the lease from start(); the claim
+          // went after it, so past the fourth failure the leases are over.
+          if (info.op === "heartbeat" && ++failures === 4) beatsFailed.resolve(undefined);
+        },
+      },
+      async (job) => {
+        started.push(`${job.id}@${job.attempt}`);
+        if (started.length === 1) await gate.promise;
+      },
+    );
+    const acked = deferred();
+    worker.on("ack", () => acked.resolve(undefined));
+    worker.start();
+    await beatsFailed.promise;
+    gate.resolve(undefined);
+    await acked.promise; // the first job's slot is free again
+    await worker.stop({ timeout: 30_000 });
+    // The second job may run again later, claimed anew once the node has
+    // expired its lease; never under the lease this worker lost.
+    const second = started.slice(1).filter((s) => s.endsWith("@1"));
+    assert.deepEqual(second, [], `started ${started.join(", ")}: a job held ahead ran under a lease already over`);
+  });
+
   it("stop()'s deadline aborts a handler that does not finish and gives its job back", async () => {
     const ten = await node.tenant();
     const producer = await dial(ten.producer);

@@ -1,0 +1,254 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flexiq/flexiq/api"
+)
+
+// fakeNode answers a worker's calls on a bare NATS server: one claim gets
+// jobs a and b, every heartbeat extends none of them (their leases are
+// gone, as after a long stall), and it records the acks and nacks.
+type fakeNode struct {
+	noBeats bool // heartbeats go unanswered (no responders)
+	mu      sync.Mutex
+	claimed bool
+	finals  []string // ack or nack of an id
+	beats   int
+}
+
+func (f *fakeNode) serve(t *testing.T, url string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	reply := func(m *nats.Msg, v any) {
+		b, _ := json.Marshal(v)
+		_ = m.Respond(b)
+	}
+	subs := map[string]nats.MsgHandler{
+		api.SubjectClaim: func(m *nats.Msg) {
+			f.mu.Lock()
+			first := !f.claimed
+			f.claimed = true
+			f.mu.Unlock()
+			if !first {
+				reply(m, api.ClaimReply{Jobs: []api.Job{}})
+				return
+			}
+			reply(m, api.ClaimReply{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t", Attempt: 1}, {ID: "b", Queue: "q", Task: "t", Attempt: 1}}})
+		},
+		api.SubjectHeartbeat: func(m *nats.Msg) {
+			f.mu.Lock()
+			f.beats++
+			f.mu.Unlock()
+			reply(m, api.HeartbeatReply{Extended: []string{}})
+		},
+		api.SubjectAck: func(m *nats.Msg) {
+			var r api.AckRequest
+			_ = json.Unmarshal(m.Data, &r)
+			f.mu.Lock()
+			f.finals = append(f.finals, "ack "+r.ID)
+			for _, a := range r.Acks {
+				f.finals = append(f.finals, "ack "+a.ID)
+			}
+			f.mu.Unlock()
+			reply(m, struct{}{})
+		},
+		api.SubjectNack: func(m *nats.Msg) {
+			var r api.NackRequest
+			_ = json.Unmarshal(m.Data, &r)
+			f.mu.Lock()
+			f.finals = append(f.finals, "nack "+r.ID)
+			f.mu.Unlock()
+			reply(m, api.NackReply{Status: api.StatusPending})
+		},
+	}
+	if f.noBeats {
+		delete(subs, api.SubjectHeartbeat)
+	}
+	for subject, h := range subs {
+		if _, err := nc.Subscribe(subject, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// logSignal sends each record's message to a channel: the test waits on
+// what the worker reports, not on time.
+type logSignal struct{ ch chan string }
+
+func (l logSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (l logSignal) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case l.ch <- r.Message:
+	default:
+	}
+	return nil
+}
+func (l logSignal) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l logSignal) WithGroup(string) slog.Handler      { return l }
+
+// When a heartbeat comes back without a job, its lease is gone and another
+// worker may run it: the running job's handler sees its context end with
+// LEASE_LOST and its result is not sent, and a job held ahead (prefetch)
+// is never started nor given back.
+func TestWorkerLetsGoOfJobsWhoseLeaseIsLost(t *testing.T) {
+	srv := startNATS(t)
+	f := &fakeNode{}
+	f.serve(t, srv.ClientURL())
+	c, err := Connect(srv.ClientURL(), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	logs := make(chan string, 64)
+	var (
+		mu  sync.Mutex
+		ran []string
+	)
+	cause := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := NewWorker(c, WorkerConfig{
+		Queues: []string{"q"}, Concurrency: 1, Prefetch: 1, Lease: 300 * time.Millisecond,
+		Log: slog.New(logSignal{ch: logs}),
+	}, func(hctx context.Context, j api.Job) (json.RawMessage, error) {
+		mu.Lock()
+		ran = append(ran, j.ID)
+		mu.Unlock()
+		if j.ID != "a" {
+			return nil, nil
+		}
+		select {
+		case <-hctx.Done():
+			cause <- context.Cause(hctx)
+		case <-time.After(10 * time.Second):
+			cause <- errors.New("the handler's context did not end")
+		}
+		return nil, errors.New("stopped")
+	})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+
+	err = <-cause
+	if e, ok := api.AsError(err); !ok || e.Reason != api.ReasonLeaseLost {
+		t.Fatalf("handler's context ended with %v, want LEASE_LOST", err)
+	}
+	// Wait for the worker to let go of b, held ahead, without running it.
+	deadline := time.After(10 * time.Second)
+wait:
+	for {
+		select {
+		case msg := <-logs:
+			if msg == "lease of a job held ahead ran out before it started; not run" {
+				break wait
+			}
+		case <-deadline:
+			t.Error("the worker never let go of b, held ahead")
+			break wait
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(ran) != 1 || ran[0] != "a" {
+		t.Errorf("handler ran %v, want only a (b's lease was gone before a slot freed)", ran)
+	}
+	if len(f.finals) != 0 {
+		t.Errorf("the node got %v for jobs whose leases were lost, want nothing", f.finals)
+	}
+}
+
+// When heartbeats fail (the node unreachable), a job held ahead whose
+// lease has run out by the worker's own clock is not started: the node
+// may have given it to another worker.
+func TestWorkerDoesNotStartAHeldJobPastItsLease(t *testing.T) {
+	srv := startNATS(t)
+	f := &fakeNode{noBeats: true}
+	f.serve(t, srv.ClientURL())
+	c, err := Connect(srv.ClientURL(), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	logs := make(chan string, 64)
+	var (
+		mu  sync.Mutex
+		ran []string
+	)
+	release := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const lease = 300 * time.Millisecond
+	w := NewWorker(c, WorkerConfig{
+		Queues: []string{"q"}, Concurrency: 1, Prefetch: 1, Lease: lease,
+		Log: slog.New(logSignal{ch: logs}),
+	}, func(_ context.Context, j api.Job) (json.RawMessage, error) {
+		mu.Lock()
+		ran = append(ran, j.ID)
+		mu.Unlock()
+		if j.ID == "a" {
+			<-release
+		}
+		return nil, nil
+	})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	// Heartbeats go every third of the lease from the start of Run, and
+	// the claim went after it: past the fourth failure, b's lease is over.
+	failed := 0
+	deadline := time.After(10 * time.Second)
+	for failed < 4 {
+		select {
+		case msg := <-logs:
+			if msg == "heartbeat failed" {
+				failed++
+			}
+		case <-deadline:
+			t.Fatal("no heartbeat failed")
+		}
+	}
+	close(release)
+	deadline = time.After(10 * time.Second)
+wait:
+	for {
+		select {
+		case msg := <-logs:
+			if msg == "lease of a job held ahead ran out before it started; not run" {
+				break wait
+			}
+		case <-deadline:
+			t.Error("the worker started b past its lease")
+			break wait
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ran) != 1 || ran[0] != "a" {
+		t.Errorf("handler ran %v, want only a", ran)
+	}
+}
