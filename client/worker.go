@@ -390,33 +390,46 @@ func (w *Worker) heartbeats(ctx context.Context, done <-chan struct{}) {
 		for id := range held {
 			ids = append(ids, id)
 		}
-		sent := time.Now()
-		extended, err := w.c.Heartbeat(ctx, w.cfg.Lease.Milliseconds(), ids...)
-		if err != nil {
-			// The leases run on; a job held ahead past its deadline is
-			// not started.
-			w.cfg.Log.Warn("heartbeat failed", "err", err)
+		// A heartbeat names at most api.MaxClaim jobs: a worker holding
+		// more sends several.
+		for len(ids) > 0 {
+			chunk := ids[:min(len(ids), api.MaxClaim)]
+			ids = ids[len(chunk):]
+			w.beat(ctx, chunk, held)
+		}
+	}
+}
+
+// beat extends the leases of ids, jobs the worker held when the tick
+// began, and lets go of those the node did not extend.
+func (w *Worker) beat(ctx context.Context, ids []string, held map[string]*heldJob) {
+	sent := time.Now()
+	extended, err := w.c.Heartbeat(ctx, w.cfg.Lease.Milliseconds(), ids...)
+	if err != nil {
+		// The leases run on; a job held ahead past its deadline is not
+		// started.
+		w.cfg.Log.Warn("heartbeat failed", "err", err)
+		return
+	}
+	kept := make(map[string]bool, len(extended))
+	for _, id := range extended {
+		kept[id] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range ids {
+		h := held[id]
+		if w.running[id] != h {
+			continue // finished meanwhile
+		}
+		if kept[id] {
+			h.deadline = sent.Add(w.cfg.Lease)
 			continue
 		}
-		kept := make(map[string]bool, len(extended))
-		for _, id := range extended {
-			kept[id] = true
+		h.lost = true
+		w.cfg.Log.Warn("lease lost: a heartbeat did not extend it", "job", id, "attempt", h.attempt)
+		if h.cancel != nil {
+			h.cancel(leaseLost(id))
 		}
-		w.mu.Lock()
-		for id, h := range held {
-			if w.running[id] != h {
-				continue // finished meanwhile
-			}
-			if kept[id] {
-				h.deadline = sent.Add(w.cfg.Lease)
-				continue
-			}
-			h.lost = true
-			w.cfg.Log.Warn("lease lost: a heartbeat did not extend it", "job", id, "attempt", h.attempt)
-			if h.cancel != nil {
-				h.cancel(leaseLost(id))
-			}
-		}
-		w.mu.Unlock()
 	}
 }

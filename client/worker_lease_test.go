@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -250,5 +251,106 @@ wait:
 	defer mu.Unlock()
 	if len(ran) != 1 || ran[0] != "a" {
 		t.Errorf("handler ran %v, want only a", ran)
+	}
+}
+
+// A worker holding more jobs than one heartbeat may name (api.MaxClaim)
+// heartbeats them in several requests, so every lease is extended.
+func TestWorkerHeartbeatsMoreJobsThanOneRequestNames(t *testing.T) {
+	srv := startNATS(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	const total = api.MaxClaim + 200
+	var (
+		mu       sync.Mutex
+		handed   int
+		extended = map[string]bool{}
+		largest  int
+	)
+	allBeat := make(chan struct{})
+	var beatOnce sync.Once
+	beaten := func() { beatOnce.Do(func() { close(allBeat) }) }
+	respond := func(m *nats.Msg, v any) {
+		b, _ := json.Marshal(v)
+		_ = m.Respond(b)
+	}
+	subs := map[string]nats.MsgHandler{
+		api.SubjectClaim: func(m *nats.Msg) {
+			var r api.ClaimRequest
+			_ = json.Unmarshal(m.Data, &r)
+			mu.Lock()
+			jobs := []api.Job{}
+			for ; len(jobs) < r.Max && handed < total; handed++ {
+				jobs = append(jobs, api.Job{ID: fmt.Sprintf("j%04d", handed), Queue: "q", Task: "t", Attempt: 1})
+			}
+			mu.Unlock()
+			respond(m, api.ClaimReply{Jobs: jobs})
+		},
+		api.SubjectHeartbeat: func(m *nats.Msg) {
+			var r api.HeartbeatRequest
+			_ = json.Unmarshal(m.Data, &r)
+			if err := r.Validate(); err != nil {
+				// As a node does: the whole request refused.
+				h := nats.Header{}
+				h.Set(api.HeaderErrorCode, "400")
+				h.Set(api.HeaderError, err.Error())
+				_ = m.RespondMsg(&nats.Msg{Header: h, Data: []byte(`{}`)})
+				return
+			}
+			mu.Lock()
+			largest = max(largest, len(r.IDs))
+			before := len(extended)
+			for _, id := range r.IDs {
+				extended[id] = true
+			}
+			if before < total && len(extended) == total {
+				beaten()
+			}
+			mu.Unlock()
+			respond(m, api.HeartbeatReply{Extended: r.IDs})
+		},
+		api.SubjectAck: func(m *nats.Msg) { respond(m, api.AckReply{}) },
+	}
+	for subject, h := range subs {
+		if _, err := nc.Subscribe(subject, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Connect(srv.ClientURL(), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := NewWorker(c, WorkerConfig{Queues: []string{"q"}, Concurrency: total, Lease: 300 * time.Millisecond},
+		func(context.Context, api.Job) (json.RawMessage, error) {
+			<-allBeat
+			return nil, nil
+		})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-allBeat:
+	case <-time.After(10 * time.Second):
+		mu.Lock()
+		t.Errorf("%d of %d jobs' leases extended", len(extended), total)
+		mu.Unlock()
+		beaten()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if largest > api.MaxClaim {
+		t.Errorf("a heartbeat named %d jobs, more than %d", largest, api.MaxClaim)
 	}
 }
