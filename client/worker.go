@@ -280,6 +280,10 @@ func (w *Worker) run(ctx context.Context, job api.Job) {
 	h := w.running[job.ID]
 	if h != nil {
 		h.cancel = cancel
+		if h.lost {
+			// Lost since the slot took it: the handler learns at once.
+			cancel(leaseLost(job.ID))
+		}
 	}
 	w.mu.Unlock()
 	result, err := w.safeHandle(hctx, job)
