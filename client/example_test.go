@@ -238,3 +238,24 @@ func ExampleWorkerConfig_prefetch() {
 	// Output:
 	// ran: 3 completed: 3 running: 0 pending: 7
 }
+
+// A handler doing long work watches its context. When the job's lease is
+// lost (the worker's heartbeats did not reach a node in time, and another
+// worker may be running the job now), the context ends with an
+// *api.Error of reason LEASE_LOST as its cause, and whatever the handler
+// returns is not sent.
+func ExampleHandler_leaseLost() {
+	work := func(ctx context.Context, job api.Job) (json.RawMessage, error) {
+		for part := 0; part < 100; part++ {
+			if err := context.Cause(ctx); err != nil {
+				if e, ok := api.AsError(err); ok && e.Reason == api.ReasonLeaseLost {
+					log.Printf("job %s: lease lost after %d parts; stopping", job.ID, part)
+				}
+				return nil, err
+			}
+			// ... one part of the work ...
+		}
+		return json.RawMessage(`{"parts":100}`), nil
+	}
+	_ = client.Handler(work)
+}
