@@ -13,7 +13,9 @@ import (
 )
 
 // Handler runs one job. A nil error acks it with result; an error nacks it
-// (retried unless the error wraps ErrNoRetry).
+// (retried unless the error wraps ErrNoRetry). Its context ends when the
+// job's lease is lost (cause: an *api.Error of reason LEASE_LOST), not when
+// the worker stops.
 type Handler func(ctx context.Context, job api.Job) (result json.RawMessage, err error)
 
 // ErrNoRetry, wrapped in a handler's error, sends the job straight to the
