@@ -58,6 +58,8 @@ type Worker struct {
 
 	mu      sync.Mutex
 	running map[string]*heldJob // prefetched jobs included
+	// tokens is Run's held: a token for each job the worker holds.
+	tokens chan struct{}
 
 	// Acks wait here for the acker, which sends what has gathered in one
 	// request while the worker goes on claiming.
@@ -76,6 +78,12 @@ type heldJob struct {
 	deadline time.Time
 	// lost: a heartbeat came back without the job, so its lease is gone.
 	lost bool
+	// taken: a slot has taken it from ready (to run or give back).
+	taken bool
+	// freed: lost while it waited in ready, its token was given back at
+	// once, so a claim may take another job in its place; the slot that
+	// later finds it does not give it back again.
+	freed bool
 	// cancel ends the handler's context once the job runs.
 	cancel context.CancelCauseFunc
 }
@@ -118,7 +126,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	// held has a token for every job the worker holds (running, or
 	// prefetched and waiting in ready): claims ask only for free tokens.
 	held := make(chan struct{}, w.cfg.Concurrency+w.cfg.Prefetch)
+	// ready also has room for jobs lost while they wait, whose tokens
+	// went back to claims (heldJob.freed): a claim never blocks on it.
 	ready := make(chan api.Job, w.cfg.Concurrency+w.cfg.Prefetch)
+	w.mu.Lock()
+	w.tokens = held
+	w.mu.Unlock()
 	jobCtx := context.WithoutCancel(ctx)
 	hbDone := make(chan struct{})
 	go w.heartbeats(jobCtx, hbDone)
@@ -138,16 +151,19 @@ func (w *Worker) Run(ctx context.Context) error {
 				case <-ctx.Done():
 					return
 				case job := <-ready:
+					h, freed := w.usable(job)
 					switch {
-					case !w.usable(job):
+					case h == nil:
 						// Its lease is gone: not ours to start or give back.
 					case ctx.Err() != nil:
 						// Taken as the stop came: not started, so given back.
-						w.release(jobCtx, job)
+						w.release(jobCtx, job, h)
 					default:
-						w.run(jobCtx, job)
+						w.run(jobCtx, job, h)
 					}
-					<-held
+					if !freed {
+						<-held
+					}
 				}
 			}
 		}()
@@ -179,10 +195,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	for {
 		select {
 		case job := <-ready:
-			if w.usable(job) {
-				w.release(jobCtx, job)
+			h, freed := w.usable(job)
+			if h != nil {
+				w.release(jobCtx, job, h)
 			}
-			<-held
+			if !freed {
+				<-held
+			}
 			continue
 		default:
 		}
@@ -191,22 +210,38 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// usable tells whether a held job not yet started is still the worker's
-// to run or give back: false, and the job forgotten, when its lease is
-// lost or has run out by this worker's clock.
-func (w *Worker) usable(job api.Job) bool {
+// usable returns what the worker holds of a job a slot took from ready,
+// to run or give back: nil, and the job forgotten, when its lease is lost
+// or has run out by this worker's clock. freed: its token was given back
+// already (heldJob.freed).
+func (w *Worker) usable(job api.Job) (h *heldJob, freed bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	h := w.running[job.ID]
+	h = w.running[job.ID]
 	if h == nil || h.attempt != job.Attempt {
-		return false
+		// Not expected: each job in ready has its entry until a slot
+		// takes it. Give its token back and go on.
+		w.cfg.Log.Warn("a job held ahead is not known; not run", "job", job.ID, "attempt", job.Attempt)
+		return nil, false
 	}
 	if h.lost || !time.Now().Before(h.deadline) {
 		delete(w.running, job.ID)
 		w.cfg.Log.Warn("lease of a job held ahead ran out before it started; not run", "job", job.ID, "attempt", job.Attempt)
-		return false
+		return nil, h.freed
 	}
-	return true
+	h.taken = true
+	return h, false
+}
+
+// forget drops h, the worker's hold on job, unless the job was claimed
+// again since (a job given back may come back to this worker's next
+// claim, under the same attempt) and the entry is that claim's.
+func (w *Worker) forget(job api.Job, h *heldJob) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.running[job.ID] == h {
+		delete(w.running, job.ID)
+	}
 }
 
 // leaseLost is the cause of a handler's context when its lease is lost.
@@ -263,35 +298,28 @@ func (w *Worker) claimLoop(ctx, jobCtx context.Context, held chan struct{}, read
 }
 
 // release gives back a job that was not started.
-func (w *Worker) release(ctx context.Context, job api.Job) {
-	defer func() {
-		w.mu.Lock()
-		delete(w.running, job.ID)
-		w.mu.Unlock()
-	}()
+func (w *Worker) release(ctx context.Context, job api.Job, h *heldJob) {
+	defer w.forget(job, h)
 	if err := w.c.Release(ctx, job.ID, job.Attempt); err != nil {
 		w.cfg.Log.Warn("release failed", "job", job.ID, "err", err)
 	}
 }
 
-func (w *Worker) run(ctx context.Context, job api.Job) {
+func (w *Worker) run(ctx context.Context, job api.Job, h *heldJob) {
 	// The handler's context ends if a heartbeat finds the lease lost.
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w.mu.Lock()
-	h := w.running[job.ID]
-	if h != nil {
-		h.cancel = cancel
-		if h.lost {
-			// Lost since the slot took it: the handler learns at once.
-			cancel(leaseLost(job.ID))
-		}
+	h.cancel = cancel
+	if h.lost {
+		// Lost since the slot took it: the handler learns at once.
+		cancel(leaseLost(job.ID))
 	}
 	w.mu.Unlock()
 	result, err := w.safeHandle(hctx, job)
+	w.forget(job, h)
 	w.mu.Lock()
-	delete(w.running, job.ID)
-	lost := h != nil && h.lost
+	lost := h.lost
 	w.mu.Unlock()
 	if lost {
 		// Another worker may hold the job now: an ack or nack under this
@@ -436,6 +464,12 @@ func (w *Worker) beat(ctx context.Context, ids []string, held map[string]*heldJo
 		w.cfg.Log.Warn("lease lost: a heartbeat did not extend it", "job", id, "attempt", h.attempt)
 		if h.cancel != nil {
 			h.cancel(leaseLost(id))
+		}
+		if !h.taken && !h.freed {
+			// Waiting in ready, never to start: its token goes back now,
+			// so a claim may take another job in its place.
+			h.freed = true
+			<-w.tokens
 		}
 	}
 }

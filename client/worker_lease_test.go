@@ -354,3 +354,205 @@ func TestWorkerHeartbeatsMoreJobsThanOneRequestNames(t *testing.T) {
 		t.Errorf("a heartbeat named %d jobs, more than %d", largest, api.MaxClaim)
 	}
 }
+
+// A job given back at the stop can come straight back to the worker's
+// claim in flight, under the same attempt. The give-back of the first
+// copy must not drop the worker's hold on the second, which is then given
+// back too (it was dropped, left running until its lease ran out). Which
+// copy the stop finds first varies from run to run, so the test stops
+// the worker ten times; each time, every copy of x handed out that did
+// not run is given back.
+func TestWorkerGivesBackAJobThatCameBackToItsOwnClaim(t *testing.T) {
+	for range 10 {
+		handed, released := stopWithAClaimInFlight(t)
+		if handed != released {
+			t.Fatalf("x handed out %d times and never run, given back %d times", handed, released)
+		}
+	}
+}
+
+func stopWithAClaimInFlight(t *testing.T) (handed, released int) {
+	t.Helper()
+	srv := startNATS(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	respond := func(m *nats.Msg, v any) {
+		b, _ := json.Marshal(v)
+		_ = m.Respond(b)
+	}
+	var (
+		mu     sync.Mutex
+		claims int
+		held   *nats.Msg // the second claim: a long poll, answered when x comes back or the wait ends
+	)
+	secondClaim := make(chan struct{})
+	x := api.Job{ID: "x", Queue: "q", Task: "t", Attempt: 1}
+	subs := map[string]nats.MsgHandler{
+		api.SubjectClaim: func(m *nats.Msg) {
+			var r api.ClaimRequest
+			_ = json.Unmarshal(m.Data, &r)
+			mu.Lock()
+			defer mu.Unlock()
+			claims++
+			switch claims {
+			case 1:
+				handed++
+				respond(m, api.ClaimReply{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t", Attempt: 1}, x}})
+			case 2:
+				held = m
+				close(secondClaim)
+				time.AfterFunc(time.Duration(r.WaitMS)*time.Millisecond, func() {
+					mu.Lock()
+					defer mu.Unlock()
+					if held == m {
+						held = nil
+						respond(m, api.ClaimReply{Jobs: []api.Job{}})
+					}
+				})
+			default:
+				respond(m, api.ClaimReply{Jobs: []api.Job{}})
+			}
+		},
+		api.SubjectNack: func(m *nats.Msg) {
+			var r api.NackRequest
+			_ = json.Unmarshal(m.Data, &r)
+			mu.Lock()
+			if r.ID == "x" && r.Release {
+				released++
+				if held != nil {
+					// x is pending again: the claim waiting for a job gets
+					// it, answered before the give-back is.
+					handed++
+					respond(held, api.ClaimReply{Jobs: []api.Job{x}})
+					held = nil
+				}
+			}
+			mu.Unlock()
+			respond(m, api.NackReply{Status: api.StatusPending})
+		},
+		api.SubjectAck: func(m *nats.Msg) { respond(m, struct{}{}) },
+	}
+	for subject, h := range subs {
+		if _, err := nc.Subscribe(subject, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Connect(srv.ClientURL(), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	aRuns := make(chan struct{})
+	w := NewWorker(c, WorkerConfig{Queues: []string{"q"}, Concurrency: 1, Prefetch: 2, Wait: 50 * time.Millisecond},
+		func(_ context.Context, j api.Job) (json.RawMessage, error) {
+			if j.ID == "a" {
+				<-aRuns
+			} else {
+				t.Errorf("%s ran; only a was to run", j.ID)
+			}
+			return nil, nil
+		})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-secondClaim: // a runs, x waits (prefetched), a claim is in flight
+	case <-time.After(10 * time.Second):
+		t.Fatal("no second claim")
+	}
+	cancel() // stop: x is given back, not started
+	close(aRuns)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return handed, released
+}
+
+// A job held ahead whose lease is lost gives its place back at once: the
+// worker claims another while its slot is still busy, instead of waiting
+// for the slot to find the lost job.
+func TestWorkerClaimsInPlaceOfAHeldJobWhoseLeaseIsLost(t *testing.T) {
+	srv := startNATS(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	respond := func(m *nats.Msg, v any) {
+		b, _ := json.Marshal(v)
+		_ = m.Respond(b)
+	}
+	var (
+		mu     sync.Mutex
+		claims int
+	)
+	another := make(chan struct{})
+	subs := map[string]nats.MsgHandler{
+		api.SubjectClaim: func(m *nats.Msg) {
+			mu.Lock()
+			defer mu.Unlock()
+			claims++
+			switch claims {
+			case 1:
+				respond(m, api.ClaimReply{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t", Attempt: 1}, {ID: "b", Queue: "q", Task: "t", Attempt: 1}}})
+			case 2:
+				close(another)
+				fallthrough
+			default:
+				respond(m, api.ClaimReply{Jobs: []api.Job{}})
+			}
+		},
+		api.SubjectHeartbeat: func(m *nats.Msg) {
+			// a's lease is extended; b's is gone.
+			respond(m, api.HeartbeatReply{Extended: []string{"a"}})
+		},
+		api.SubjectAck: func(m *nats.Msg) { respond(m, struct{}{}) },
+	}
+	for subject, h := range subs {
+		if _, err := nc.Subscribe(subject, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Connect(srv.ClientURL(), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := NewWorker(c, WorkerConfig{Queues: []string{"q"}, Concurrency: 1, Prefetch: 1, Lease: 300 * time.Millisecond, Wait: 50 * time.Millisecond},
+		func(_ context.Context, j api.Job) (json.RawMessage, error) {
+			if j.ID != "a" {
+				t.Errorf("%s ran; its lease was lost", j.ID)
+				return nil, nil
+			}
+			select {
+			case <-another: // claimed while a still runs
+			case <-time.After(10 * time.Second):
+				t.Error("no claim in place of b while a ran")
+			}
+			return nil, nil
+		})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-another:
+	case <-time.After(10 * time.Second):
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
