@@ -292,7 +292,7 @@ func (w *Worker) claimLoop(ctx, jobCtx context.Context, held chan struct{}, read
 			w.mu.Lock()
 			w.running[job.ID] = &heldJob{attempt: job.Attempt, deadline: sent.Add(w.cfg.Lease)}
 			w.mu.Unlock()
-			ready <- job // never blocks: one token, one place
+			ready <- job // a place for every token, and as many lost jobs (heldJob.freed); past that it waits for a slot
 		}
 	}
 }
