@@ -289,10 +289,26 @@ func (w *Worker) claimLoop(ctx, jobCtx context.Context, held chan struct{}, read
 			<-held
 		}
 		for _, job := range jobs {
+			h := &heldJob{attempt: job.Attempt, deadline: sent.Add(w.cfg.Lease)}
 			w.mu.Lock()
-			w.running[job.ID] = &heldJob{attempt: job.Attempt, deadline: sent.Add(w.cfg.Lease)}
+			w.running[job.ID] = h
 			w.mu.Unlock()
-			ready <- job // a place for every token, and as many lost jobs (heldJob.freed); past that it waits for a slot
+			// ready has a place for every token and as many lost jobs
+			// (heldJob.freed); past that the job waits for a slot, or is
+			// given back if the worker stops first.
+			select {
+			case ready <- job:
+			case <-ctx.Done():
+				select {
+				case ready <- job:
+				default:
+					w.mu.Lock()
+					h.taken = true
+					w.mu.Unlock()
+					w.release(jobCtx, job, h)
+					<-held
+				}
+			}
 		}
 	}
 }
