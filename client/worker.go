@@ -126,9 +126,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	// held has a token for every job the worker holds (running, or
 	// prefetched and waiting in ready): claims ask only for free tokens.
 	held := make(chan struct{}, w.cfg.Concurrency+w.cfg.Prefetch)
-	// ready also has room for jobs lost while they wait, whose tokens
-	// went back to claims (heldJob.freed): a claim never blocks on it.
-	ready := make(chan api.Job, w.cfg.Concurrency+w.cfg.Prefetch)
+	// ready also has room for as many jobs lost while they wait, whose
+	// tokens went back to claims (heldJob.freed), so a claim does not wait
+	// on it unless lost jobs pile up past that.
+	ready := make(chan api.Job, 2*(w.cfg.Concurrency+w.cfg.Prefetch))
 	w.mu.Lock()
 	w.tokens = held
 	w.mu.Unlock()
