@@ -321,7 +321,7 @@ func (a *Actor) updates(ctx context.Context, calls []*UpdateCall, now time.Time)
 	}
 	p := c.PlanUpdates(calls, now)
 	for _, u := range p.LeaseLost {
-		u.Msg.respond(nil, LeaseLost(updateID(u)))
+		u.Msg.respond(nil, api.LeaseLost(updateID(u)))
 	}
 	for _, u := range p.Unknown {
 		id := updateID(u)
@@ -333,7 +333,7 @@ func (a *Actor) updates(ctx context.Context, calls []*UpdateCall, now time.Time)
 			u.Msg.respond(nil, StoreError(err))
 		default:
 			_ = j
-			u.Msg.respond(nil, LeaseLost(id))
+			u.Msg.respond(nil, api.LeaseLost(id))
 		}
 	}
 	var (

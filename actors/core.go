@@ -743,7 +743,7 @@ func (c *Core) UpdatesDone(p *UpdatePlan, applied []bool, err error) []UpdateRep
 		if !applied[i] {
 			c.Unload()
 			if e.call != nil && e.kind != store.UpdateExtend {
-				out = append(out, UpdateReply{Msg: e.call.Msg, Err: LeaseLost(e.id)})
+				out = append(out, UpdateReply{Msg: e.call.Msg, Err: api.LeaseLost(e.id)})
 			}
 			continue
 		}
@@ -784,12 +784,6 @@ func (c *Core) UpdatesDone(p *UpdatePlan, applied []bool, err error) []UpdateRep
 		out = append(out, UpdateReply{Msg: h.Msg, Body: api.HeartbeatReply{Extended: ids}})
 	}
 	return out
-}
-
-// LeaseLost is the error of an ack or nack from a worker whose lease on the
-// job is gone.
-func LeaseLost(id string) *api.Error {
-	return api.Errorf(api.CodeAborted, api.ReasonLeaseLost, "job '%s' is not running under this lease", id)
 }
 
 // UnknownJob is the error of a request naming a job the namespace does not

@@ -66,6 +66,13 @@ func Unauthenticated() *Error {
 	return &Error{Code: CodeUnauthenticated, Message: "missing or invalid token: send Authorization: Bearer <token>"}
 }
 
+// LeaseLost is the error of an ack or nack from a worker whose lease on
+// the job is gone, and the cause a worker's handler sees when a heartbeat
+// finds it so.
+func LeaseLost(id string) *Error {
+	return Errorf(CodeAborted, ReasonLeaseLost, "job '%s' is not running under this lease", id)
+}
+
 // AsError finds an *Error in err's chain.
 func AsError(err error) (*Error, bool) {
 	var e *Error

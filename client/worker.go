@@ -245,11 +245,6 @@ func (w *Worker) forget(job api.Job, h *heldJob) {
 	}
 }
 
-// leaseLost is the cause of a handler's context when its lease is lost.
-func leaseLost(id string) error {
-	return api.Errorf(api.CodeAborted, api.ReasonLeaseLost, "job '%s' is not running under this lease", id)
-}
-
 // claimLoop claims jobs for the free tokens and hands them to the slots
 // until ctx ends.
 func (w *Worker) claimLoop(ctx, jobCtx context.Context, held chan struct{}, ready chan<- api.Job) {
@@ -330,7 +325,7 @@ func (w *Worker) run(ctx context.Context, job api.Job, h *heldJob) {
 	h.cancel = cancel
 	if h.lost {
 		// Lost since the slot took it: the handler learns at once.
-		cancel(leaseLost(job.ID))
+		cancel(api.LeaseLost(job.ID))
 	}
 	w.mu.Unlock()
 	result, err := w.safeHandle(hctx, job)
@@ -480,7 +475,7 @@ func (w *Worker) beat(ctx context.Context, ids []string, held map[string]*heldJo
 		h.lost = true
 		w.cfg.Log.Warn("lease lost: a heartbeat did not extend it", "job", id, "attempt", h.attempt)
 		if h.cancel != nil {
-			h.cancel(leaseLost(id))
+			h.cancel(api.LeaseLost(id))
 		}
 		if !h.taken && !h.freed {
 			// Waiting in ready, never to start: its token goes back now,

@@ -380,7 +380,7 @@ func TestActorRefusalsAndBatchedAcks(t *testing.T) {
 			a := m.Body.(*api.AckRequest)
 			acked = append(acked, a.ID+":"+string(a.Result))
 			if a.ID == "lost" {
-				m.Reply(nil, actors.LeaseLost(a.ID))
+				m.Reply(nil, api.LeaseLost(a.ID))
 				return
 			}
 			m.Reply(api.Empty{}, nil)
