@@ -26,17 +26,7 @@ type fakeNode struct {
 	beats   int
 }
 
-func (f *fakeNode) serve(t *testing.T, url string) {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	reply := func(m *nats.Msg, v any) {
-		b, _ := json.Marshal(v)
-		_ = m.Respond(b)
-	}
+func (f *fakeNode) handlers() map[string]nats.MsgHandler {
 	subs := map[string]nats.MsgHandler{
 		api.SubjectClaim: func(m *nats.Msg) {
 			f.mu.Lock()
@@ -44,16 +34,16 @@ func (f *fakeNode) serve(t *testing.T, url string) {
 			f.claimed = true
 			f.mu.Unlock()
 			if !first {
-				reply(m, api.ClaimReply{Jobs: []api.Job{}})
+				respondJSON(m, api.ClaimReply{Jobs: []api.Job{}})
 				return
 			}
-			reply(m, api.ClaimReply{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t", Attempt: 1}, {ID: "b", Queue: "q", Task: "t", Attempt: 1}}})
+			respondJSON(m, api.ClaimReply{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t", Attempt: 1}, {ID: "b", Queue: "q", Task: "t", Attempt: 1}}})
 		},
 		api.SubjectHeartbeat: func(m *nats.Msg) {
 			f.mu.Lock()
 			f.beats++
 			f.mu.Unlock()
-			reply(m, api.HeartbeatReply{Extended: []string{}})
+			respondJSON(m, api.HeartbeatReply{Extended: []string{}})
 		},
 		api.SubjectAck: func(m *nats.Msg) {
 			var r api.AckRequest
@@ -64,7 +54,7 @@ func (f *fakeNode) serve(t *testing.T, url string) {
 				f.finals = append(f.finals, "ack "+a.ID)
 			}
 			f.mu.Unlock()
-			reply(m, struct{}{})
+			respondJSON(m, struct{}{})
 		},
 		api.SubjectNack: func(m *nats.Msg) {
 			var r api.NackRequest
@@ -72,12 +62,31 @@ func (f *fakeNode) serve(t *testing.T, url string) {
 			f.mu.Lock()
 			f.finals = append(f.finals, "nack "+r.ID)
 			f.mu.Unlock()
-			reply(m, api.NackReply{Status: api.StatusPending})
+			respondJSON(m, api.NackReply{Status: api.StatusPending})
 		},
 	}
 	if f.noBeats {
 		delete(subs, api.SubjectHeartbeat)
 	}
+	return subs
+}
+
+// respondJSON answers m with v, as a node does.
+func respondJSON(m *nats.Msg, v any) {
+	b, _ := json.Marshal(v)
+	_ = m.Respond(b)
+}
+
+// fakeBus serves subs in a node's place on a bare NATS server and returns
+// a client on it; the test's end closes both.
+func fakeBus(t *testing.T, subs map[string]nats.MsgHandler) *Client {
+	t.Helper()
+	srv := startNATS(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
 	for subject, h := range subs {
 		if _, err := nc.Subscribe(subject, h); err != nil {
 			t.Fatal(err)
@@ -86,7 +95,34 @@ func (f *fakeNode) serve(t *testing.T, url string) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	c, err := Connect(srv.ClientURL(), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }
+
+// waitLog waits until the worker has logged msg n times, or fails with
+// why after 10 s.
+func waitLog(t *testing.T, logs <-chan string, msg string, n int, why string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for seen := 0; seen < n; {
+		select {
+		case m := <-logs:
+			if m == msg {
+				seen++
+			}
+		case <-deadline:
+			t.Error(why)
+			return
+		}
+	}
+}
+
+// notStarted is what the worker logs when it lets go of a job held ahead.
+const notStarted = "lease of a job held ahead ran out before it started; not run"
 
 // logSignal sends each record's message to a channel: the test waits on
 // what the worker reports, not on time.
@@ -108,14 +144,8 @@ func (l logSignal) WithGroup(string) slog.Handler      { return l }
 // LEASE_LOST and its result is not sent, and a job held ahead (prefetch)
 // is never started nor given back.
 func TestWorkerLetsGoOfJobsWhoseLeaseIsLost(t *testing.T) {
-	srv := startNATS(t)
 	f := &fakeNode{}
-	f.serve(t, srv.ClientURL())
-	c, err := Connect(srv.ClientURL(), "tok")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := fakeBus(t, f.handlers())
 
 	logs := make(chan string, 64)
 	var (
@@ -146,24 +176,12 @@ func TestWorkerLetsGoOfJobsWhoseLeaseIsLost(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 
-	err = <-cause
+	err := <-cause
 	if e, ok := api.AsError(err); !ok || e.Reason != api.ReasonLeaseLost {
 		t.Fatalf("handler's context ended with %v, want LEASE_LOST", err)
 	}
 	// Wait for the worker to let go of b, held ahead, without running it.
-	deadline := time.After(10 * time.Second)
-wait:
-	for {
-		select {
-		case msg := <-logs:
-			if msg == "lease of a job held ahead ran out before it started; not run" {
-				break wait
-			}
-		case <-deadline:
-			t.Error("the worker never let go of b, held ahead")
-			break wait
-		}
-	}
+	waitLog(t, logs, notStarted, 1, "the worker never let go of b, held ahead")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -184,14 +202,8 @@ wait:
 // lease has run out by the worker's own clock is not started: the node
 // may have given it to another worker.
 func TestWorkerDoesNotStartAHeldJobPastItsLease(t *testing.T) {
-	srv := startNATS(t)
 	f := &fakeNode{noBeats: true}
-	f.serve(t, srv.ClientURL())
-	c, err := Connect(srv.ClientURL(), "tok")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := fakeBus(t, f.handlers())
 	logs := make(chan string, 64)
 	var (
 		mu  sync.Mutex
@@ -217,32 +229,9 @@ func TestWorkerDoesNotStartAHeldJobPastItsLease(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 	// Heartbeats go every third of the lease from the start of Run, and
 	// the claim went after it: past the fourth failure, b's lease is over.
-	failed := 0
-	deadline := time.After(10 * time.Second)
-	for failed < 4 {
-		select {
-		case msg := <-logs:
-			if msg == "heartbeat failed" {
-				failed++
-			}
-		case <-deadline:
-			t.Fatal("no heartbeat failed")
-		}
-	}
+	waitLog(t, logs, "heartbeat failed", 4, "heartbeats did not fail four times")
 	close(release)
-	deadline = time.After(10 * time.Second)
-wait:
-	for {
-		select {
-		case msg := <-logs:
-			if msg == "lease of a job held ahead ran out before it started; not run" {
-				break wait
-			}
-		case <-deadline:
-			t.Error("the worker started b past its lease")
-			break wait
-		}
-	}
+	waitLog(t, logs, notStarted, 1, "the worker started b past its lease")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -257,12 +246,6 @@ wait:
 // A worker holding more jobs than one heartbeat may name (api.MaxClaim)
 // heartbeats them in several requests, so every lease is extended.
 func TestWorkerHeartbeatsMoreJobsThanOneRequestNames(t *testing.T) {
-	srv := startNATS(t)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
 	const total = api.MaxClaim + 200
 	var (
 		mu       sync.Mutex
@@ -273,10 +256,6 @@ func TestWorkerHeartbeatsMoreJobsThanOneRequestNames(t *testing.T) {
 	allBeat := make(chan struct{})
 	var beatOnce sync.Once
 	beaten := func() { beatOnce.Do(func() { close(allBeat) }) }
-	respond := func(m *nats.Msg, v any) {
-		b, _ := json.Marshal(v)
-		_ = m.Respond(b)
-	}
 	subs := map[string]nats.MsgHandler{
 		api.SubjectClaim: func(m *nats.Msg) {
 			var r api.ClaimRequest
@@ -287,7 +266,7 @@ func TestWorkerHeartbeatsMoreJobsThanOneRequestNames(t *testing.T) {
 				jobs = append(jobs, api.Job{ID: fmt.Sprintf("j%04d", handed), Queue: "q", Task: "t", Attempt: 1})
 			}
 			mu.Unlock()
-			respond(m, api.ClaimReply{Jobs: jobs})
+			respondJSON(m, api.ClaimReply{Jobs: jobs})
 		},
 		api.SubjectHeartbeat: func(m *nats.Msg) {
 			var r api.HeartbeatRequest
@@ -310,23 +289,11 @@ func TestWorkerHeartbeatsMoreJobsThanOneRequestNames(t *testing.T) {
 				beaten()
 			}
 			mu.Unlock()
-			respond(m, api.HeartbeatReply{Extended: r.IDs})
+			respondJSON(m, api.HeartbeatReply{Extended: r.IDs})
 		},
-		api.SubjectAck: func(m *nats.Msg) { respond(m, api.AckReply{}) },
+		api.SubjectAck: func(m *nats.Msg) { respondJSON(m, api.AckReply{}) },
 	}
-	for subject, h := range subs {
-		if _, err := nc.Subscribe(subject, h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	c, err := Connect(srv.ClientURL(), "tok")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := fakeBus(t, subs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := NewWorker(c, WorkerConfig{Queues: []string{"q"}, Concurrency: total, Lease: 300 * time.Millisecond},
@@ -373,16 +340,6 @@ func TestWorkerGivesBackAJobThatCameBackToItsOwnClaim(t *testing.T) {
 
 func stopWithAClaimInFlight(t *testing.T) (handed, released int) {
 	t.Helper()
-	srv := startNATS(t)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	respond := func(m *nats.Msg, v any) {
-		b, _ := json.Marshal(v)
-		_ = m.Respond(b)
-	}
 	var (
 		mu     sync.Mutex
 		claims int
@@ -400,7 +357,7 @@ func stopWithAClaimInFlight(t *testing.T) (handed, released int) {
 			switch claims {
 			case 1:
 				handed++
-				respond(m, api.ClaimReply{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t", Attempt: 1}, x}})
+				respondJSON(m, api.ClaimReply{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t", Attempt: 1}, x}})
 			case 2:
 				held = m
 				close(secondClaim)
@@ -409,45 +366,40 @@ func stopWithAClaimInFlight(t *testing.T) (handed, released int) {
 					defer mu.Unlock()
 					if held == m {
 						held = nil
-						respond(m, api.ClaimReply{Jobs: []api.Job{}})
+						respondJSON(m, api.ClaimReply{Jobs: []api.Job{}})
 					}
 				})
 			default:
-				respond(m, api.ClaimReply{Jobs: []api.Job{}})
+				respondJSON(m, api.ClaimReply{Jobs: []api.Job{}})
 			}
 		},
 		api.SubjectNack: func(m *nats.Msg) {
 			var r api.NackRequest
 			_ = json.Unmarshal(m.Data, &r)
 			mu.Lock()
+			slow := false
 			if r.ID == "x" && r.Release {
 				released++
 				if held != nil {
 					// x is pending again: the claim waiting for a job gets
-					// it, answered before the give-back is.
+					// it, and the give-back's own answer comes later (a
+					// node busy elsewhere), after the worker holds x anew.
 					handed++
-					respond(held, api.ClaimReply{Jobs: []api.Job{x}})
+					respondJSON(held, api.ClaimReply{Jobs: []api.Job{x}})
 					held = nil
+					slow = true
 				}
 			}
 			mu.Unlock()
-			respond(m, api.NackReply{Status: api.StatusPending})
+			if slow {
+				time.AfterFunc(20*time.Millisecond, func() { respondJSON(m, api.NackReply{Status: api.StatusPending}) })
+				return
+			}
+			respondJSON(m, api.NackReply{Status: api.StatusPending})
 		},
-		api.SubjectAck: func(m *nats.Msg) { respond(m, struct{}{}) },
+		api.SubjectAck: func(m *nats.Msg) { respondJSON(m, struct{}{}) },
 	}
-	for subject, h := range subs {
-		if _, err := nc.Subscribe(subject, h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	c, err := Connect(srv.ClientURL(), "tok")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := fakeBus(t, subs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	aRuns := make(chan struct{})
@@ -481,16 +433,6 @@ func stopWithAClaimInFlight(t *testing.T) (handed, released int) {
 // worker claims another while its slot is still busy, instead of waiting
 // for the slot to find the lost job.
 func TestWorkerClaimsInPlaceOfAHeldJobWhoseLeaseIsLost(t *testing.T) {
-	srv := startNATS(t)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	respond := func(m *nats.Msg, v any) {
-		b, _ := json.Marshal(v)
-		_ = m.Respond(b)
-	}
 	var (
 		mu     sync.Mutex
 		claims int
@@ -503,33 +445,21 @@ func TestWorkerClaimsInPlaceOfAHeldJobWhoseLeaseIsLost(t *testing.T) {
 			claims++
 			switch claims {
 			case 1:
-				respond(m, api.ClaimReply{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t", Attempt: 1}, {ID: "b", Queue: "q", Task: "t", Attempt: 1}}})
+				respondJSON(m, api.ClaimReply{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t", Attempt: 1}, {ID: "b", Queue: "q", Task: "t", Attempt: 1}}})
 			case 2:
 				close(another)
 				fallthrough
 			default:
-				respond(m, api.ClaimReply{Jobs: []api.Job{}})
+				respondJSON(m, api.ClaimReply{Jobs: []api.Job{}})
 			}
 		},
 		api.SubjectHeartbeat: func(m *nats.Msg) {
 			// a's lease is extended; b's is gone.
-			respond(m, api.HeartbeatReply{Extended: []string{"a"}})
+			respondJSON(m, api.HeartbeatReply{Extended: []string{"a"}})
 		},
-		api.SubjectAck: func(m *nats.Msg) { respond(m, struct{}{}) },
+		api.SubjectAck: func(m *nats.Msg) { respondJSON(m, struct{}{}) },
 	}
-	for subject, h := range subs {
-		if _, err := nc.Subscribe(subject, h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	c, err := Connect(srv.ClientURL(), "tok")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := fakeBus(t, subs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := NewWorker(c, WorkerConfig{Queues: []string{"q"}, Concurrency: 1, Prefetch: 1, Lease: 300 * time.Millisecond, Wait: 50 * time.Millisecond},
