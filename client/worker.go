@@ -73,8 +73,9 @@ type Worker struct {
 type heldJob struct {
 	attempt int64
 	// deadline is the lease as this worker can vouch for it: when the
-	// claim, or the last heartbeat that extended it, was sent, plus the
-	// lease. Past it the server may have given the job to another worker.
+	// node handed the job out (leaseDeadline), or the last heartbeat that
+	// extended it was sent, plus the lease. Past it the node may have
+	// given the job to another worker.
 	deadline time.Time
 	// lost: a heartbeat came back without the job, so its lease is gone.
 	lost bool
@@ -281,11 +282,12 @@ func (w *Worker) claimLoop(ctx, jobCtx context.Context, held chan struct{}, read
 			}
 			continue
 		}
+		recv := time.Now()
 		for i := len(jobs); i < free; i++ {
 			<-held
 		}
 		for _, job := range jobs {
-			h := &heldJob{attempt: job.Attempt, deadline: sent.Add(w.cfg.Lease)}
+			h := &heldJob{attempt: job.Attempt, deadline: leaseDeadline(job, sent, recv, w.cfg.Lease)}
 			w.mu.Lock()
 			w.running[job.ID] = h
 			w.mu.Unlock()
@@ -307,6 +309,24 @@ func (w *Worker) claimLoop(ctx, jobCtx context.Context, held chan struct{}, read
 			}
 		}
 	}
+}
+
+// leaseDeadline is when the lease of job, claimed by a request sent at
+// sent and answered at recv, runs out by this worker's clock. The node
+// starts the lease when it hands the job out: at once, or later in a long
+// poll, when a job comes due (possibly more than a lease after sent). It
+// says when in lease_until, by its own clock; read as this worker's, the
+// start is kept between sent and recv, so a clock ahead or behind the
+// node's moves the deadline by at most the claim's round trip (and never
+// past recv plus the lease). Without lease_until it is sent plus the lease.
+func leaseDeadline(job api.Job, sent, recv time.Time, lease time.Duration) time.Time {
+	var start time.Duration // after sent
+	if job.LeaseUntil != nil {
+		// Sub on a time without a monotonic reading compares wall clocks;
+		// the result is added to sent, which keeps its monotonic reading.
+		start = min(max(job.LeaseUntil.Add(-lease).Sub(sent), 0), recv.Sub(sent))
+	}
+	return sent.Add(start + lease)
 }
 
 // release gives back a job that was not started.

@@ -486,3 +486,94 @@ func TestWorkerClaimsInPlaceOfAHeldJobWhoseLeaseIsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A claim's long poll may hand a job out more than a lease after the
+// claim was sent (the job came due late in the wait): its lease starts
+// then, so the worker starts it. (Timed from the claim's sending, it was
+// let go of on arrival, claimed again under the next attempt and let go
+// of again, each time a longer backoff: a job stuck pending.)
+func TestWorkerTimesALeaseFromWhenTheNodeHandedTheJobOut(t *testing.T) {
+	const lease = 200 * time.Millisecond
+	var (
+		mu     sync.Mutex
+		served bool
+	)
+	subs := map[string]nats.MsgHandler{
+		api.SubjectClaim: func(m *nats.Msg) {
+			mu.Lock()
+			first := !served
+			served = true
+			mu.Unlock()
+			if !first {
+				respondJSON(m, api.ClaimReply{Jobs: []api.Job{}})
+				return
+			}
+			// The job comes due twice the lease into the long poll.
+			go func() {
+				time.Sleep(2 * lease) // a slow node: the wait being modelled
+				until := time.Now().Add(lease)
+				respondJSON(m, api.ClaimReply{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t", Attempt: 1, LeaseUntil: &until}}})
+			}()
+		},
+		api.SubjectAck: func(m *nats.Msg) { respondJSON(m, struct{}{}) },
+	}
+	c := fakeBus(t, subs)
+	logs := make(chan string, 64)
+	ran := make(chan string, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := NewWorker(c, WorkerConfig{
+		Queues: []string{"q"}, Concurrency: 1, Lease: lease, Wait: 5 * lease,
+		Log: slog.New(logSignal{ch: logs}),
+	}, func(_ context.Context, j api.Job) (json.RawMessage, error) {
+		ran <- j.ID
+		return nil, nil
+	})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	for waiting := true; waiting; {
+		select {
+		case id := <-ran:
+			if id != "a" {
+				t.Errorf("ran %s, want a", id)
+			}
+			waiting = false
+		case m := <-logs:
+			if m == notStarted {
+				t.Errorf("the worker let go of a job its lease had just begun for")
+				waiting = false
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a never ran")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The node's lease_until, read by the worker's clock, is kept between the
+// claim's sending and its answer plus the lease: a clock skewed either way
+// moves the deadline by at most the claim's round trip.
+func TestLeaseDeadline(t *testing.T) {
+	const lease = 10 * time.Second
+	sent := time.Now()
+	recv := sent.Add(3 * time.Second) // a long poll
+	at := func(d time.Duration) *time.Time { u := sent.Add(d).Round(0); return &u }
+	for _, c := range []struct {
+		name  string
+		until *time.Time
+		want  time.Duration // after sent
+	}{
+		{"no lease_until", nil, lease},
+		{"handed out mid-poll, clocks agree", at(2*time.Second + lease), 2*time.Second + lease},
+		{"node's clock an hour ahead", at(time.Hour + lease), 3*time.Second + lease},
+		{"node's clock an hour behind", at(-time.Hour + lease), lease},
+	} {
+		got := leaseDeadline(api.Job{LeaseUntil: c.until}, sent, recv, lease).Sub(sent)
+		if got != c.want {
+			t.Errorf("%s: deadline sent+%v, want sent+%v", c.name, got, c.want)
+		}
+	}
+}

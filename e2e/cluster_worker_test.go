@@ -38,6 +38,7 @@ func TestClusterWorkerLetsGoOfLeasesLostInAFailover(t *testing.T) {
 			mu      sync.Mutex
 			started = map[string]int{} // id@attempt → starts
 			first   string
+			late    []string // started past a second attempt
 		)
 		running := make(chan struct{})
 		cause := make(chan error, 1)
@@ -48,6 +49,9 @@ func TestClusterWorkerLetsGoOfLeasesLostInAFailover(t *testing.T) {
 			func(hctx context.Context, j api.Job) (json.RawMessage, error) {
 				mu.Lock()
 				started[fmt.Sprintf("%s@%d", j.ID, j.Attempt)]++
+				if j.Attempt > 2 {
+					late = append(late, fmt.Sprintf("%s@%d", j.ID, j.Attempt))
+				}
 				isFirst := first == ""
 				if isFirst {
 					first = j.ID
@@ -100,6 +104,12 @@ func TestClusterWorkerLetsGoOfLeasesLostInAFailover(t *testing.T) {
 			if times > 1 {
 				t.Errorf("%s started %d times under one attempt", k, times)
 			}
+		}
+		if len(late) > 0 {
+			// The failover costs each job at most the attempt it was
+			// claimed under: the next claim, a long poll that gets the
+			// job once its backoff ends, runs it.
+			t.Errorf("started %v: want every job done by its second attempt", late)
 		}
 		if started[first+"@1"] != 1 {
 			t.Errorf("starts %v: want %s once under attempt 1 (interrupted) and again later", started, first)

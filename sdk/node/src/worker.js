@@ -58,8 +58,9 @@ export class Worker extends EventEmitter {
   #waiting = [];
   /**
    * When the lease of a job held ahead runs out by this worker's clock:
-   * when the claim, or the last heartbeat that extended it, was sent, plus
-   * the lease. Past it the node may have given the job to another worker.
+   * when the node handed it out (leaseDeadline), or the last heartbeat that
+   * extended it was sent, plus the lease. Past it the node may have given
+   * the job to another worker.
    * @type {WeakMap<import("../index.js").Job, number>}
    */
   #heldUntil = new WeakMap();
@@ -344,10 +345,11 @@ export class Worker extends EventEmitter {
         for (const job of jobs) this.#nack(job, STOPPED_MESSAGE, true);
         return;
       }
+      const recv = Date.now();
       this.#free += n - jobs.length;
       if (jobs.length < n) this.#wakeSlotWaiters();
       for (const job of jobs) {
-        this.#heldUntil.set(job, sent + this.#leaseMs);
+        this.#heldUntil.set(job, leaseDeadline(job, sent, recv, this.#leaseMs));
         this.#admit(job);
       }
     }
@@ -607,4 +609,23 @@ function delay(ms, signal) {
     }
     signal.addEventListener("abort", done, { once: true });
   });
+}
+
+/**
+ * When the lease of a job claimed by a request sent at `sent` and answered
+ * at `recv` runs out, by this worker's clock (ms). The node starts the
+ * lease when it hands the job out: at once, or later in a long poll, when
+ * a job comes due (possibly more than a lease after `sent`). It says when
+ * in `lease_until`, by its own clock; read as this worker's, the start is
+ * kept between `sent` and `recv`, so a clock ahead or behind the node's
+ * moves the deadline by at most the claim's round trip. Without
+ * `lease_until` it is `sent` plus the lease.
+ * @param {import("../index.js").Job} job
+ * @param {number} sent @param {number} recv @param {number} leaseMs
+ * @returns {number}
+ */
+export function leaseDeadline(job, sent, recv, leaseMs) {
+  const until = job.lease_until === undefined ? NaN : Date.parse(job.lease_until);
+  const start = Number.isNaN(until) ? sent : Math.min(Math.max(until - leaseMs, sent), recv);
+  return start + leaseMs;
 }

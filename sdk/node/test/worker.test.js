@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 
 import { FlexiQError, NonRetryableError, UnreachableError, Worker, connect } from "../src/index.js";
+import { leaseDeadline } from "../src/worker.js";
 import { deferred, startNode } from "./harness.js";
 
 /** @type {Awaited<ReturnType<typeof startNode>>} */
@@ -235,6 +236,57 @@ describe("Worker", () => {
     // expired its lease; never under the lease this worker lost.
     const second = started.slice(1).filter((s) => s.endsWith("@1"));
     assert.deepEqual(second, [], `started ${started.join(", ")}: a job held ahead ran under a lease already over`);
+  });
+
+  it("prefetch: a job a long poll handed out more than a lease after the claim was sent is started", async () => {
+    const ten = await node.tenant();
+    const producer = await dial(ten.producer);
+    const client = await dial(ten.worker);
+    const leaseMs = 300;
+    await producer.enqueue({ id: "a", queue: "q", task: "t" });
+    // b comes due twice the lease after its claim, which long-polls for it.
+    await producer.enqueue({ id: "b", queue: "q", task: "t", run_at: new Date(Date.now() + 2 * leaseMs) });
+    const bClaimed = deferred();
+    const claim = client.claim.bind(client);
+    client.claim = async (req) => {
+      const jobs = await claim(req);
+      if (jobs.some((j) => j.id === "b")) bClaimed.resolve(undefined);
+      return jobs;
+    };
+    /** @type {string[]} */
+    const started = [];
+    const bStarted = deferred();
+    const worker = new Worker(
+      client,
+      { queues: ["q"], concurrency: 1, prefetch: 1, leaseMs, waitMs: 5 * leaseMs, onError: noErrors },
+      async (job) => {
+        started.push(`${job.id}@${job.attempt}`);
+        if (job.id === "b") bStarted.resolve(undefined);
+        if (job.id !== "a") return;
+        // a holds the slot until b is claimed and held ahead of it.
+        await bClaimed.promise;
+        await new Promise((resolve) => setImmediate(resolve));
+      },
+    );
+    worker.start();
+    let timer;
+    const timedOut = new Promise((resolve) => (timer = setTimeout(resolve, 10_000, "timeout")));
+    const outcome = await Promise.race([bStarted.promise, timedOut]);
+    clearTimeout(timer);
+    await worker.stop({ timeout: 30_000 });
+    assert.notEqual(outcome, "timeout", `started ${started.join(", ")}: b never started`);
+    assert.deepEqual(started, ["a@1", "b@1"], "b, held ahead under a lease just begun, starts under it");
+  });
+
+  it("leaseDeadline reads the node's lease_until between the claim's sending and its answer", () => {
+    const sent = 1_000_000;
+    const recv = sent + 3_000; // a long poll
+    const lease = 10_000;
+    const at = (/** @type {number} */ ms) => new Date(ms).toISOString();
+    assert.equal(leaseDeadline({ id: "x" }, sent, recv, lease), sent + lease, "no lease_until");
+    assert.equal(leaseDeadline({ id: "x", lease_until: at(sent + 2_000 + lease) }, sent, recv, lease), sent + 2_000 + lease);
+    assert.equal(leaseDeadline({ id: "x", lease_until: at(sent + 3_600_000) }, sent, recv, lease), recv + lease, "node's clock ahead");
+    assert.equal(leaseDeadline({ id: "x", lease_until: at(sent - 3_600_000) }, sent, recv, lease), sent + lease, "node's clock behind");
   });
 
   it("stop()'s deadline aborts a handler that does not finish and gives its job back", async () => {
