@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -298,5 +299,25 @@ func TestARevokedTokensConnectionsAreClosed(t *testing.T) {
 				t.Fatalf("reconnect with the revoked token: %v, want an authorization violation", err)
 			}
 		})
+	}
+}
+
+// An embedded server that cannot listen (the address is taken, as when
+// another process grabbed the port) fails at once and says why, instead
+// of after its 10 s wait with no cause.
+func TestStartEmbeddedSaysWhyItCannotListen(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	a := NewClientAuth(testSecret, &tokens{live: map[string]auth.Principal{}}, nil)
+	srv, err := StartEmbedded(EmbeddedOptions{Listen: l.Addr().String(), Auth: a})
+	if err == nil {
+		srv.Shutdown()
+		t.Fatalf("started on %s, which another listener holds", l.Addr())
+	}
+	if !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), l.Addr().String()) {
+		t.Fatalf("error %q: want the address and why it cannot listen there", err)
 	}
 }

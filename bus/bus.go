@@ -19,6 +19,7 @@ import (
 	neturl "net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -130,13 +131,52 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
 	o.Auth.attach(s)
+	fatal := &fatalLog{failed: make(chan struct{})}
+	s.SetLoggerV2(fatal, false, false, false)
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("embedded nats: not ready to accept connections on %s", listen)
+	// Ready, or failed for a reason the server reports (it cannot listen:
+	// the address is taken), or neither within 10 s.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if s.ReadyForConnections(25 * time.Millisecond) {
+			return s, nil
+		}
+		select {
+		case <-fatal.failed:
+			s.Shutdown()
+			return nil, fmt.Errorf("embedded nats: not ready to accept connections on %s: %s", listen, fatal.reason())
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Shutdown()
+			return nil, fmt.Errorf("embedded nats: not ready to accept connections on %s", listen)
+		}
 	}
-	return s, nil
 }
+
+// fatalLog is the embedded server's logger: it keeps the first fatal
+// report (a listener that cannot bind), which the server makes instead
+// of failing Start, and drops the rest, as NoLog did.
+type fatalLog struct {
+	once   sync.Once
+	msg    string
+	failed chan struct{}
+}
+
+func (l *fatalLog) Fatalf(format string, v ...any) {
+	l.once.Do(func() {
+		l.msg = fmt.Sprintf(format, v...)
+		close(l.failed)
+	})
+}
+
+// reason is the first fatal report; read it after failed is closed.
+func (l *fatalLog) reason() string { return l.msg }
+
+func (l *fatalLog) Noticef(string, ...any) {}
+func (l *fatalLog) Warnf(string, ...any)   {}
+func (l *fatalLog) Errorf(string, ...any)  {}
+func (l *fatalLog) Debugf(string, ...any)  {}
+func (l *fatalLog) Tracef(string, ...any)  {}
 
 func splitHostPort(addr, what string) (string, int, error) {
 	host, portText, err := net.SplitHostPort(addr)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -36,13 +37,34 @@ var fqNode = sync.OnceValues(func() (string, error) {
 
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ports.Lock()
+	defer ports.Unlock()
+	for range 1000 {
+		// Below Linux's ephemeral range (32768-60999): a port the kernel
+		// hands out at random, as to an outgoing connection to the test's
+		// PostgreSQL, can be taken between this check and the node's
+		// listen (a CI failure: "not ready to accept connections").
+		port := 20000 + rand.IntN(12000)
+		if ports.given[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		ports.given[port] = true
+		return l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free loopback port in 20000-31999")
+	return ""
 }
+
+// ports are those freeAddr has given in this test binary, not given twice.
+var ports = struct {
+	sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
 
 // proc is a node running as its own process.
 type proc struct {
