@@ -35,6 +35,8 @@ var fqNode = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
+// freeAddr is a loopback address with a port no one listens on, for a
+// node to listen on later.
 func freeAddr(t testing.TB) string {
 	t.Helper()
 	ports.Lock()
