@@ -116,6 +116,7 @@ type stepper interface {
 
 // NewActor builds a namespace's actor.
 func NewActor(ns string, core *Core, deps *Deps) *Actor {
+	core.SetPace(deps.Pace)
 	return &Actor{ns: ns, core: core, mbox: newMailbox(), deps: deps, log: deps.Log.With("namespace", ns), store: deps.Store}
 }
 
@@ -159,7 +160,11 @@ func (a *Actor) Step(ctx context.Context, now time.Time) {
 			for _, w := range a.core.DropWaiters() {
 				w.Msg.respond(nil, internal)
 			}
+			for _, r := range a.core.DropRefusals() {
+				r.Msg.respond(nil, r.Err)
+			}
 			a.core = NewCore(a.ns, a.core.rng)
+			a.core.SetPace(a.deps.Pace)
 		}
 	}()
 	a.step(ctx, msgs, now)
@@ -179,6 +184,9 @@ func (a *Actor) Step(ctx context.Context, now time.Time) {
 
 func (a *Actor) step(ctx context.Context, msgs []*Message, now time.Time) {
 	c := a.core
+	for _, r := range c.DueRefusals(now) {
+		r.Msg.respond(nil, r.Err)
+	}
 	if len(msgs) > 0 {
 		c.Touch(now)
 	}
@@ -368,7 +376,11 @@ func (a *Actor) enqueues(ctx context.Context, calls []*EnqueueCall, now time.Tim
 		p := c.PlanEnqueue(calls, now)
 		for _, r := range p.Refused {
 			a.deps.Observer.Refused(a.ns, r.Err.Reason)
-			r.Call.Msg.respond(nil, r.Err)
+			if c.PaceRefusal(r.Call.Msg, r.Err, now) {
+				r.Call.Msg.respond(nil, r.Err)
+			} else {
+				a.deps.Observer.Paced(a.ns)
+			}
 		}
 		calls = p.Rest
 		if len(p.Calls) == 0 {
@@ -537,9 +549,13 @@ func JobView(j *store.Job, maxAttempts int64) api.Job {
 	return out
 }
 
-// stop answers everything still held: parked claims get no jobs.
+// stop answers everything still held: parked claims get no jobs, held
+// refusals their refusal.
 func (a *Actor) stop() {
 	for _, w := range a.core.DropWaiters() {
 		w.Msg.respond(api.ClaimReply{Jobs: []api.Job{}}, nil)
+	}
+	for _, r := range a.core.DropRefusals() {
+		r.Msg.respond(nil, r.Err)
 	}
 }

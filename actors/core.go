@@ -53,6 +53,9 @@ type Core struct {
 	// dirty says something may have made a parked claim satisfiable.
 	dirty      bool
 	lastActive time.Time
+	// pace holds the client calls' quota refusals past their burst
+	// (pace.go).
+	pace pacer
 }
 
 // runInfo is what the core keeps of a running job: enough to free its
@@ -813,7 +816,8 @@ func StoreError(err error) *api.Error {
 // Time
 
 // NextDeadline is when the core next needs a Tick without any message:
-// the earliest lease expiry, parked claim deadline or known run_at.
+// the earliest lease expiry, parked claim deadline, known run_at or held
+// refusal's turn.
 func (c *Core) NextDeadline() time.Time {
 	var next time.Time
 	consider := func(t time.Time) {
@@ -822,6 +826,7 @@ func (c *Core) NextDeadline() time.Time {
 		}
 	}
 	consider(c.leaseCheck)
+	consider(c.nextRefusal())
 	for _, w := range c.waiters {
 		consider(w.Deadline)
 	}
@@ -832,8 +837,10 @@ func (c *Core) NextDeadline() time.Time {
 }
 
 // Busy reports whether the core holds work that needs its actor alive:
-// running jobs (whose leases it watches) or parked claims.
-func (c *Core) Busy() bool { return len(c.running) > 0 || len(c.waiters) > 0 }
+// running jobs (whose leases it watches), parked claims or held refusals.
+func (c *Core) Busy() bool {
+	return len(c.running) > 0 || len(c.waiters) > 0 || len(c.pace.held) > 0
+}
 
 // Idle reports whether the actor may passivate at now.
 //

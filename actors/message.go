@@ -57,6 +57,10 @@ type Message struct {
 	Reply func(body any, err *api.Error)
 	// AutoRetry marks a replay sent by the dead-letter auto-retry sweep.
 	AutoRetry bool
+	// Paced marks a client's call (the NATS service, gRPC): its quota
+	// refusals are paced (pace.go). The node's own calls (periodic fires,
+	// the sweeps, the admin door) are answered at once.
+	Paced bool
 
 	replied atomic.Bool
 	box     *outbox // the actor's, set when it is sent there
@@ -122,6 +126,8 @@ type Observer interface {
 	Gauges(ns string, pending, running int64)
 	// Claimed counts jobs handed to workers.
 	Claimed(ns string, n int)
+	// Paced counts quota refusals held past the burst (pace.go).
+	Paced(ns string)
 }
 
 type nopObserver struct{}
@@ -130,6 +136,7 @@ func (nopObserver) Outcomes(string, api.Outcome, int) {}
 func (nopObserver) Refused(string, api.Reason)        {}
 func (nopObserver) Gauges(string, int64, int64)       {}
 func (nopObserver) Claimed(string, int)               {}
+func (nopObserver) Paced(string)                      {}
 
 // Ask sends a message of op to ns's actor through send and waits for the
 // answer: its body, or the actor's refusal (an *api.Error), or ctx's

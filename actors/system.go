@@ -35,6 +35,9 @@ type Deps struct {
 	// Seed seeds each actor's random source (ids, jitter) together with
 	// its namespace name.
 	Seed uint64
+	// Pace paces the quota refusals of clients' calls (pace.go; a node
+	// uses DefaultPace). Zero: every refusal is answered at once.
+	Pace Pace
 }
 
 // Fences tells whether this node owns a namespace and the fence its

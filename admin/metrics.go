@@ -19,6 +19,7 @@ type Metrics struct {
 	refusals *prometheus.CounterVec
 	shed     *prometheus.CounterVec
 	claimed  *prometheus.CounterVec
+	paced    *prometheus.CounterVec
 	pending  *prometheus.GaugeVec
 	running  *prometheus.GaugeVec
 	// Propagation is what the broadcast listeners report (bus.Observer):
@@ -60,6 +61,9 @@ func NewMetrics() *Metrics {
 		claimed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flexiq_jobs_claimed_total", Help: "Jobs handed to workers.",
 		}, []string{"namespace"}),
+		paced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flexiq_refusals_paced_total", Help: "Quota refusals of client calls answered late, past the namespace's burst (docs/protocol.md, Refusals are paced).",
+		}, []string{"namespace"}),
 		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "flexiq_pending_jobs", Help: "Pending jobs (delayed included) of namespaces active on this node.",
 		}, []string{"namespace"}),
@@ -96,7 +100,7 @@ func NewMetrics() *Metrics {
 		}, []string{"namespace", "limit"}),
 		alarmSeries: map[[2]string]bool{},
 	}
-	m.Registry.MustRegister(m.outcomes, m.refusals, m.shed, m.claimed, m.pending, m.running,
+	m.Registry.MustRegister(m.outcomes, m.refusals, m.shed, m.claimed, m.paced, m.pending, m.running,
 		m.Propagation.delay, m.Propagation.skipped, m.Propagation.dropped,
 		m.PeriodicFires, m.RetentionDeleted, m.RetentionSkipped, m.quotaAlarm,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -150,7 +154,10 @@ func (m *Metrics) QuotaAlarms(all []alarm.Alarm) {
 	m.alarmSeries = now
 }
 
-// Claimed counts jobs handed out.
+// Paced counts a quota refusal held past the burst.
+func (m *Metrics) Paced(ns string) { m.paced.WithLabelValues(ns).Inc() }
+
+// Claimed counts jobs handed to workers.
 func (m *Metrics) Claimed(ns string, n int) {
 	if n > 0 {
 		m.claimed.WithLabelValues(ns).Add(float64(n))

@@ -25,6 +25,8 @@ type internalOp struct {
 	Op        actors.Op       `json:"op"`
 	Body      json.RawMessage `json:"body"`
 	AutoRetry bool            `json:"auto_retry,omitempty"`
+	// Paced: a client's call (actors.Message.Paced).
+	Paced bool `json:"paced,omitempty"`
 	// Invalidate, instead of a call, tells the owner to drop its copy of
 	// the namespace's quota (Revision > 0) or configuration.
 	Invalidate bool  `json:"invalidate,omitempty"`
@@ -65,7 +67,7 @@ func (r *RoutedSender) Send(ns string, m *actors.Message) {
 		m.Reply(nil, api.Errorf(api.CodeInternal, "", "encode %s: %v", m.Op, err))
 		return
 	}
-	data, _ := json.Marshal(internalOp{Namespace: ns, Op: m.Op, Body: body, AutoRetry: m.AutoRetry})
+	data, _ := json.Marshal(internalOp{Namespace: ns, Op: m.Op, Body: body, AutoRetry: m.AutoRetry, Paced: m.Paced})
 	timeout := r.Timeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
@@ -187,7 +189,7 @@ func ServeInternalOps(nc *nats.Conn, node string, local Sender, inv Invalidator,
 			answer(nil, api.BadRequest("%v", err))
 			return
 		}
-		local.Send(op.Namespace, &actors.Message{Op: op.Op, Body: body, AutoRetry: op.AutoRetry, Reply: answer})
+		local.Send(op.Namespace, &actors.Message{Op: op.Op, Body: body, AutoRetry: op.AutoRetry, Paced: op.Paced, Reply: answer})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to internal calls: %w", err)

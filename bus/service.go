@@ -390,8 +390,9 @@ func (s *Service) handle(op actors.Op, act auth.Action, newBody func() validator
 			}
 		}
 		s.sender.Send(p.Namespace, &actors.Message{
-			Op:   op,
-			Body: v.body(),
+			Op:    op,
+			Body:  v.body(),
+			Paced: true,
 			Reply: func(body any, e *api.Error) {
 				defer s.inflight.Add(-1)
 				s.publishReply(reply, part, body, e)
@@ -415,8 +416,9 @@ func (s *Service) sendParts(ns string, op actors.Op, reply string, partition int
 	left.Store(int64(len(parts)))
 	for i, part := range parts {
 		s.sender.Send(ns, &actors.Message{
-			Op:   op,
-			Body: part,
+			Op:    op,
+			Body:  part,
+			Paced: true,
 			Reply: func(_ any, e *api.Error) {
 				// Each part is answered once, so each slot is written by
 				// one goroutine; the last answer publishes.

@@ -168,7 +168,9 @@ func (s *Server) principal(ctx context.Context, a auth.Action) (auth.Principal, 
 // ask hands a request to ns's actor, as the NATS service does, and waits
 // for the answer or the end of the call.
 func (s *Server) ask(ctx context.Context, ns string, op actors.Op, body any) (any, error) {
-	out, err := actors.Ask(ctx, s.d.Actors.Send, ns, op, body)
+	// A client's call, as on the bus: its quota refusals are paced.
+	send := func(ns string, m *actors.Message) { m.Paced = true; s.d.Actors.Send(ns, m) }
+	out, err := actors.Ask(ctx, send, ns, op, body)
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}

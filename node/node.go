@@ -226,7 +226,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.cancel = runCancel
 	n.clusterCtx, n.clusterCancel = context.WithCancel(context.WithoutCancel(ctx))
 	deps := actors.Deps{
-		Store: n.Store, Snapshots: n.Cache, Log: n.log, Observer: n.Metrics, IdleAfter: cfg.IdleAfter,
+		Store: n.Store, Snapshots: n.Cache, Log: n.log, Observer: n.Metrics, IdleAfter: cfg.IdleAfter, Pace: actors.DefaultPace(),
 	}
 	if err := n.startCluster(ctx); err != nil {
 		return n, err

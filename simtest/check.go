@@ -56,6 +56,9 @@ const (
 	InvStore = "store"
 	// InvPanic: no actor panics.
 	InvPanic = "panic"
+	// InvAnswered: a call an actor took and held (a refusal the pace
+	// holds) is answered, unless its actor was lost in a crash.
+	InvAnswered = "answered"
 )
 
 // stepCtx is what one actor step did, gathered while it runs.
@@ -243,6 +246,12 @@ func (s *Sim) checkStep(st *stepCtx) {
 func (s *Sim) checkEnqueueReply(st *stepCtx, m *msgRec) {
 	b := m.batch
 	nm := s.m.ns[st.ns]
+	// A refusal is decided under the quota of the step that took the
+	// call, though the pace may answer it in a later one.
+	snap, snapOK := st.snap, st.snapOK
+	if m.decided {
+		snap, snapOK = m.decidedSnap, true
+	}
 	if m.err == nil {
 		rep, ok := m.reply.(api.EnqueueReply)
 		if !ok {
@@ -278,8 +287,8 @@ func (s *Sim) checkEnqueueReply(st *stepCtx, m *msgRec) {
 		if sheds != 0 && sheds != outcomes {
 			s.violate(InvBatchWhole, "m%d: %d of %d jobs shed", m.id, sheds, len(rep.Results))
 		}
-		if sheds > 0 && st.snapOK {
-			if q, _ := nm.quotaAt(st.snap.Revision); q.doc.Excess() != "drop" {
+		if sheds > 0 && snapOK {
+			if q, _ := nm.quotaAt(snap.Revision); q.doc.Excess() != "drop" {
 				s.violate(InvReply, "m%d shed under on_excess %s", m.id, q.doc.Excess())
 			}
 		}
@@ -295,7 +304,7 @@ func (s *Sim) checkEnqueueReply(st *stepCtx, m *msgRec) {
 	case kindReplay:
 		n = int64(len(b.replayIDs))
 	}
-	q, _ := nm.quotaAt(st.snap.Revision)
+	q, _ := nm.quotaAt(snap.Revision)
 	switch m.err.Reason {
 	case api.ReasonQueueFull:
 		var pending, cap int64
@@ -306,7 +315,7 @@ func (s *Sim) checkEnqueueReply(st *stepCtx, m *msgRec) {
 		}
 		switch {
 		case q.doc.MaxPending == nil || *q.doc.MaxPending != cap:
-			s.violate(InvReply, "m%d refused for max_pending %d, quota rev %d says %v", m.id, cap, st.snap.Revision, q.doc.MaxPending)
+			s.violate(InvReply, "m%d refused for max_pending %d, quota rev %d says %v", m.id, cap, snap.Revision, q.doc.MaxPending)
 		case pending+n <= cap:
 			s.violate(InvReply, "m%d refused: %d pending + %d jobs fit max_pending %d", m.id, pending, n, cap)
 		case q.doc.Excess() != "reject":
@@ -314,14 +323,14 @@ func (s *Sim) checkEnqueueReply(st *stepCtx, m *msgRec) {
 		}
 	case api.ReasonRateLimited:
 		if q.doc.EnqueueRate == nil || q.doc.Excess() != "reject" {
-			s.violate(InvReply, "m%d rate-limited under quota rev %d (%s)", m.id, st.snap.Revision, q.raw)
+			s.violate(InvReply, "m%d rate-limited under quota rev %d (%s)", m.id, snap.Revision, q.raw)
 		}
 	case api.ReasonQuotaUnreadable:
-		if st.snap.Err == nil {
+		if snap.Err == nil {
 			s.violate(InvIsolation, "m%d refused QUOTA_UNREADABLE though %s runs", m.id, st.ns)
 		}
 	default:
-		if m.err.Code == api.CodeUnavailable && !st.storeErr && (st.snap.Err == nil || st.snap.Err.Code != api.CodeUnavailable) {
+		if m.err.Code == api.CodeUnavailable && !st.storeErr && (snap.Err == nil || snap.Err.Code != api.CodeUnavailable) {
 			s.violate(InvReply, "m%d answered UNAVAILABLE without a store error", m.id)
 		}
 	}
@@ -532,4 +541,18 @@ func (s *Sim) diffJob(mj *mjob, sj *store.Job) string {
 		d = append(d, fmt.Sprintf("no_retry %v, model %v", sj.NoRetry, mj.noRetry))
 	}
 	return strings.Join(d, "; ")
+}
+
+// checkAnswered: every call a step took and held is answered by the end,
+// unless a crash lost its actor (its client timed out).
+func (s *Sim) checkAnswered() {
+	if s.halted {
+		return
+	}
+	for _, m := range s.held {
+		if !m.replied && !m.decidedBy.lost {
+			s.violate(InvAnswered, "m%d (%s) taken by %s#%d and never answered", m.id, m.op, m.ns, m.decidedBy.inc)
+			return
+		}
+	}
 }

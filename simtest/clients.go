@@ -45,6 +45,7 @@ func (s *Sim) Run() error {
 	}
 	s.runUntil(s.end.Add(s.cfg.Drain))
 	s.checkSettled()
+	s.checkAnswered()
 	s.reconcile("at the end")
 	if len(s.violations) > 0 {
 		return s.violations[0]

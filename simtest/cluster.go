@@ -493,7 +493,7 @@ func (s *Sim) kill(n *node) {
 			if sa.gone {
 				continue
 			}
-			sa.gone = true
+			sa.gone, sa.lost = true, true
 			for _, m := range sa.inbox {
 				s.logf("  lost %s", m.describe(s))
 			}

@@ -32,6 +32,10 @@ type Config struct {
 	// SQLite does (sqlite.Store.BeginStep); off, every write is its own
 	// transaction, as on PostgreSQL and Redis.
 	StepTx bool
+	// Pace paces the clients' quota refusals (actors.Deps.Pace); the
+	// seeds draw a pace far tighter than a node's, so refusals are held
+	// across crashes, moves and failed commits.
+	Pace actors.Pace
 
 	// Cluster, when set, runs the nodes as one cluster on a shared store
 	// (cluster.go): ownership by fenced leases instead of a fixed owner.
@@ -268,6 +272,17 @@ func RandomConfig(seed uint64, scale float64) Config {
 	for _, ns := range c.Namespaces {
 		if pick(0.8) {
 			c.World.Quota[ns] = string(randomDoc(r))
+		}
+	}
+	// Drawn from a source of its own, so the draws above, and so every
+	// seed's world, stay as they were before the pace.
+	pr := rand.New(rand.NewPCG(seed, 0x9ace))
+	if pr.IntN(4) != 0 {
+		c.Pace = actors.Pace{
+			Burst:    pr.IntN(4),
+			Interval: time.Duration(20+pr.IntN(280)) * time.Millisecond,
+			MaxHold:  time.Duration(100+pr.IntN(1400)) * time.Millisecond,
+			MaxHeld:  1 + pr.IntN(6),
 		}
 	}
 	return c

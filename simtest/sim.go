@@ -70,6 +70,8 @@ type Sim struct {
 
 	// stats counts what happened, to show what a run exercised.
 	stats map[string]int
+	// held are the calls a step took without answering (checkAnswered).
+	held []*msgRec
 
 	violations []Violation
 	halted     bool
@@ -301,6 +303,7 @@ type simActor struct {
 	scheduled bool
 	tickAt    time.Time
 	gone      bool
+	lost      bool // gone in a crash, with what it held
 }
 
 // bootNode gives n a fresh cache and no actors (a start or restart).
@@ -315,9 +318,10 @@ func (s *Sim) bootNode(n *node) {
 		Store:     s.store,
 		Snapshots: &snapRec{s: s, n: n, inner: snaps},
 		Log:       slog.New(&traceHandler{s: s, node: n.name}),
-		Observer:  nopObserver{},
+		Observer:  simObserver{s: s},
 		IdleAfter: s.cfg.IdleAfter,
 		Seed:      s.cfg.Seed,
+		Pace:      s.cfg.Pace,
 	}
 	n.actors = map[string]*simActor{}
 	n.bcastRev, n.seen = map[string]int64{}, map[string]int64{}
@@ -383,6 +387,14 @@ func (s *Sim) step(sa *simActor) {
 	s.cur = ctx
 	sa.a.Step(context.Background(), s.now)
 	s.cur = nil
+	for _, m := range ctx.msgs {
+		if !m.replied && ctx.snapOK && !m.decided {
+			m.decided, m.decidedSnap, m.decidedBy = true, ctx.snap, sa
+			if m.op != actors.OpClaim { // a parked claim is not held
+				s.held = append(s.held, m)
+			}
+		}
+	}
 	s.logf("%s step %s#%d msgs=%d %s", sa.n.name, sa.ns, sa.inc, n, s.countsLine(sa))
 	s.checkStep(ctx)
 	if ctx.delay > 0 {
@@ -426,7 +438,7 @@ func (s *Sim) crashNode(n *node) {
 	s.logf("%s crash (%d actors lost)", n.name, len(n.actors))
 	for _, ns := range s.sortedActors(n) {
 		sa := n.actors[ns]
-		sa.gone = true
+		sa.gone, sa.lost = true, true
 		for _, m := range sa.inbox {
 			s.logf("  lost %s", m.describe(s))
 		}
@@ -443,6 +455,9 @@ func (s *Sim) stopActor(sa *simActor) {
 	}
 	for _, w := range sa.a.Core().DropWaiters() {
 		w.Msg.Reply(api.ClaimReply{Jobs: []api.Job{}}, nil)
+	}
+	for _, r := range sa.a.Core().DropRefusals() {
+		r.Msg.Reply(nil, r.Err)
 	}
 	sa.gone = true
 	delete(sa.n.actors, sa.ns)
@@ -515,6 +530,13 @@ type msgRec struct {
 	// call its entry node kept (the ackLocal mutation).
 	at    *node
 	local bool
+
+	// decided: the step that took the call did not answer it (a refusal
+	// the pace holds); decidedSnap is the quota it was decided under,
+	// which its later answer is checked against.
+	decided     bool
+	decidedSnap cachebust.Snapshot
+	decidedBy   *simActor
 }
 
 func (m *msgRec) describe(s *Sim) string {
@@ -585,6 +607,8 @@ func (s *Sim) deliverTo(n *node, m *msgRec) {
 	if m.batch != nil && m.batch.autoRetry {
 		am.AutoRetry = true
 	}
+	// Every other call is a client's: its quota refusals are paced.
+	am.Paced = !am.AutoRetry
 	sa.inbox = append(sa.inbox, m)
 	sa.a.Send(am)
 	s.logf("%s deliver m%d to %s#%d", n.name, m.id, m.ns, sa.inc)
@@ -753,12 +777,15 @@ func (h *traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h *traceHandler) WithGroup(string) slog.Handler { return h }
 
-type nopObserver struct{}
+// simObserver counts the refusals held by the pace (Stats), so a run
+// shows whether it exercised them.
+type simObserver struct{ s *Sim }
 
-func (nopObserver) Outcomes(string, api.Outcome, int) {}
-func (nopObserver) Refused(string, api.Reason)        {}
-func (nopObserver) Gauges(string, int64, int64)       {}
-func (nopObserver) Claimed(string, int)               {}
+func (simObserver) Outcomes(string, api.Outcome, int) {}
+func (simObserver) Refused(string, api.Reason)        {}
+func (simObserver) Gauges(string, int64, int64)       {}
+func (simObserver) Claimed(string, int)               {}
+func (o simObserver) Paced(string)                    { o.s.stat("refusal paced") }
 
 // ---------------------------------------------------------------------------
 // The admin door: quota and configuration writes, and their broadcasts
