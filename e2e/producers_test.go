@@ -323,12 +323,23 @@ func TestRetentionTTLAndCeilingsConvergeInBatches(t *testing.T) {
 		if cnt, _ := st.JobCount(ctxb, "globex"); cnt.Completed != 10 {
 			t.Fatalf("globex lost rows: %d left", cnt.Completed)
 		}
-		// TTL: everything finished more than the archive TTL ago goes, in any
-		// namespace.
+		// TTL: everything finished more than the archive TTL ago goes, in
+		// every namespace but the one stopped by its unreadable quota,
+		// whose rows are the oldest: the sweep looks past them.
 		c = retention.New(retention.Config{ArchiveTTL: time.Minute, Batch: 7}, st, nil, nil, nil, nil)
 		res, err := c.RunOnce(ctxb, base.Add(2*time.Hour))
-		if err != nil || res.TTLCompleted != 110 {
-			t.Fatalf("ttl sweep = %+v %v, want 110 deleted", res, err)
+		if err != nil || res.TTLCompleted != 100 {
+			t.Fatalf("ttl sweep = %+v %v, want acme's 100 deleted", res, err)
+		}
+		if cnt, _ := st.JobCount(ctxb, "globex"); cnt.Completed != 10 {
+			t.Fatalf("the TTL sweep deleted rows of a namespace whose quota is unreadable: %d of 10 left", cnt.Completed)
+		}
+		// Its quota mended, its rows go too.
+		if _, err := st.SettingPut(ctxb, store.SettingPutParams{Key: quota.Key("globex"), Value: []byte(`{}`), Now: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := c.RunOnce(ctxb, base.Add(2*time.Hour)); err != nil || res.TTLCompleted != 10 {
+			t.Fatalf("ttl sweep after the quota was mended = %+v %v, want globex's 10 deleted", res, err)
 		}
 	})
 }

@@ -6,7 +6,9 @@
 // ceiling converges over several ticks and no delete holds the store long.
 //
 // It never touches pending or running jobs. A namespace whose quota cannot
-// be read is skipped with a warning, not trimmed as if unlimited.
+// be read is skipped with a warning: neither its TTL nor a ceiling deletes
+// its rows (it is stopped: SPEC's fail closed), nor is it trimmed as if
+// unlimited.
 package retention
 
 import (
@@ -130,20 +132,20 @@ func (c *Cleaner) Run(ctx context.Context) {
 	}
 }
 
-// RunOnce is one tick at now: TTL sweeps, then row ceilings.
+// RunOnce is one tick at now: TTL sweeps, then row ceilings. A namespace
+// whose quota cannot be read is skipped by both: it is stopped, and loses
+// nothing (docs/quotas.md).
 func (c *Cleaner) RunOnce(ctx context.Context, now time.Time) (Result, error) {
 	res := Result{Ceiling: map[string]map[api.Status]int64{}}
-	var err error
-	if res.TTLCompleted, err = c.ttl(ctx, api.StatusCompleted, now.Add(-c.cfg.ArchiveTTL)); err != nil {
-		return res, err
-	}
-	if res.TTLDead, err = c.ttl(ctx, api.StatusDead, now.Add(-c.cfg.DeadTTL)); err != nil {
-		return res, err
-	}
 	docs, err := c.store.SettingList(ctx, quota.KeyPrefix)
 	if err != nil {
 		return res, fmt.Errorf("list quotas: %w", err)
 	}
+	type readable struct {
+		ns  string
+		doc quota.Document
+	}
+	var ceilings []readable
 	for _, set := range docs {
 		ns, ok := quota.NamespaceFromKey(set.Key)
 		if !ok {
@@ -156,6 +158,16 @@ func (c *Cleaner) RunOnce(ctx context.Context, now time.Time) (Result, error) {
 			res.Skipped = append(res.Skipped, ns)
 			continue
 		}
+		ceilings = append(ceilings, readable{ns, doc})
+	}
+	if res.TTLCompleted, err = c.ttl(ctx, api.StatusCompleted, now.Add(-c.cfg.ArchiveTTL), res.Skipped); err != nil {
+		return res, err
+	}
+	if res.TTLDead, err = c.ttl(ctx, api.StatusDead, now.Add(-c.cfg.DeadTTL), res.Skipped); err != nil {
+		return res, err
+	}
+	for _, r := range ceilings {
+		ns, doc := r.ns, r.doc
 		for _, k := range []struct {
 			status api.Status
 			keep   *int64
@@ -188,12 +200,13 @@ func (c *Cleaner) RunOnce(ctx context.Context, now time.Time) (Result, error) {
 	return res, nil
 }
 
-// ttl deletes rows of status that finished before cutoff, a chunk at a
-// time, until a chunk comes back short (or the tick's bound).
-func (c *Cleaner) ttl(ctx context.Context, status api.Status, cutoff time.Time) (int64, error) {
+// ttl deletes rows of status that finished before cutoff, but those of
+// the skipped namespaces, a chunk at a time, until a chunk comes back
+// short (or the tick's bound).
+func (c *Cleaner) ttl(ctx context.Context, status api.Status, cutoff time.Time, skip []string) (int64, error) {
 	var total int64
 	for i := 0; i < c.cfg.MaxTTLBatches*c.cfg.Batch/c.cfg.Chunk; i++ {
-		n, err := c.store.JobDeleteFinishedBefore(ctx, store.JobDeleteFinishedBeforeParams{Status: status, Before: cutoff, Limit: c.cfg.Chunk})
+		n, err := c.store.JobDeleteFinishedBefore(ctx, store.JobDeleteFinishedBeforeParams{Status: status, Before: cutoff, Limit: c.cfg.Chunk, Skip: skip})
 		if err != nil {
 			return total, fmt.Errorf("ttl sweep of %s jobs: %w", status, err)
 		}

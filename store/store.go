@@ -77,7 +77,8 @@ type JobStore interface {
 	// were replayed fewer than MaxReplays times, oldest first.
 	JobListDeadRetryable(ctx context.Context, p JobListDeadRetryableParams) ([]Job, error)
 	// JobDeleteFinishedBefore deletes up to Limit jobs of Status (completed
-	// or dead) in any namespace that finished before Before.
+	// or dead) in any namespace but Skip's that finished before Before,
+	// oldest first.
 	JobDeleteFinishedBefore(ctx context.Context, p JobDeleteFinishedBeforeParams) (int64, error)
 	// JobDeleteOverCeiling deletes the oldest (by finished_at) jobs of
 	// Status in Namespace beyond the newest Keep, at most Limit of them.
@@ -333,7 +334,16 @@ type JobDeleteFinishedBeforeParams struct {
 	Status api.Status // completed or dead
 	Before time.Time
 	Limit  int
+	// Skip names namespaces whose rows stay: their quota cannot be read,
+	// and a stopped namespace loses nothing to retention (docs/quotas.md).
+	// Rows of other namespaces behind theirs are still deleted (on Redis,
+	// behind at most MaxSkipScan of theirs in one call).
+	Skip []string
 }
+
+// MaxSkipScan bounds the rows of skipped namespaces one TTL batch looks
+// past on a store that cannot filter them out in its index (Redis).
+const MaxSkipScan = 10000
 
 // JobDeleteOverCeilingParams is one row-ceiling batch.
 type JobDeleteOverCeilingParams struct {

@@ -967,7 +967,8 @@ func (s *Store) JobDeleteFinishedBefore(ctx context.Context, p store.JobDeleteFi
 	err = s.write(ctx, "JobDeleteFinishedBefore", func(t *txn) error {
 		t.exec(`DELETE FROM jobs WHERE seq IN (
 			SELECT seq FROM jobs WHERE status IN (2, 3) AND status = $1 AND finished_at < $2
-			ORDER BY finished_at LIMIT $3)`, []any{code, nanos(p.Before), max(p.Limit, 0)},
+			AND NOT (namespace = ANY($4::text[]))
+			ORDER BY finished_at LIMIT $3)`, []any{code, nanos(p.Before), max(p.Limit, 0), append([]string{}, p.Skip...)},
 			func(ct pgconn.CommandTag) error {
 				n = ct.RowsAffected()
 				return nil

@@ -637,7 +637,15 @@ func (s *Store) JobDeleteFinishedBefore(ctx context.Context, p store.JobDeleteFi
 	if err := s.fault(op, 1); err != nil {
 		return 0, err
 	}
-	v, err := s.run(ctx, scriptDeleteBefore, string(p.Status), usStr(p.Before), limitArg(p.Limit))
+	limit := p.Limit
+	if limit < 0 {
+		limit = 1 << 30 // no limit
+	}
+	args := []any{string(p.Status), usStr(p.Before), strconv.Itoa(limit), strconv.Itoa(limit + store.MaxSkipScan)}
+	for _, ns := range p.Skip {
+		args = append(args, enc(ns))
+	}
+	v, err := s.run(ctx, scriptDeleteBefore, args...)
 	if err != nil {
 		return 0, wrap(op, err)
 	}

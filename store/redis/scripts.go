@@ -511,15 +511,30 @@ end
 `)
 
 // scriptDeleteBefore deletes finished jobs of one status in every
-// namespace. ARGV: P, status, before (µs, exclusive), limit (<0: no limit).
+// namespace but the skipped, oldest first. ARGV: P, status, before (µs,
+// exclusive), limit, the most rows to look at, then each skipped
+// namespace (enc).
 var scriptDeleteBefore = newScript(`
-local st, before, limit = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local n = 0
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', kFinAll(st), '-inf', '(' .. before, 'LIMIT', 0, limit)) do
-	local c = string.find(m, ':', 1, true)
-	local e = c + tonumber(string.sub(m, 1, c - 1))
-	n = n + delJob(string.sub(m, 1, e), string.sub(m, e + 2))
-	redis.call('ZREM', kFinAll(st), m)
+local st, before, limit, scanMax = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local skip = {}
+for i = 6, #ARGV do skip[ARGV[i]] = true end
+-- kept: rows of skipped namespaces seen, which stay at the head of the
+-- index; the next page starts past them.
+local n, kept = 0, 0
+while n < limit and kept + n < scanMax do
+	local page = redis.call('ZRANGEBYSCORE', kFinAll(st), '-inf', '(' .. before, 'LIMIT', kept, limit - n)
+	if #page == 0 then break end
+	for _, m in ipairs(page) do
+		local c = string.find(m, ':', 1, true)
+		local e = c + tonumber(string.sub(m, 1, c - 1))
+		local E = string.sub(m, 1, e)
+		if skip[E] then
+			kept = kept + 1
+		else
+			n = n + delJob(E, string.sub(m, e + 2))
+			redis.call('ZREM', kFinAll(st), m)
+		end
+	end
 end
 return n
 `)

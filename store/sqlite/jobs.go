@@ -1093,8 +1093,9 @@ func (s *Store) JobDeleteFinishedBefore(ctx context.Context, p store.JobDeleteFi
 	var n int64
 	err = s.tx(ctx, "JobDeleteFinishedBefore", func(tx *wtx, step func() error) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE seq IN (
-			SELECT seq FROM jobs INDEXED BY jobs_finished WHERE status IN (2, 3) AND status = ? AND finished_at < ? ORDER BY finished_at LIMIT ?)`,
-			code, nanos(p.Before), p.Limit)
+			SELECT seq FROM jobs INDEXED BY jobs_finished WHERE status IN (2, 3) AND status = ? AND finished_at < ?
+			AND namespace NOT IN (SELECT value FROM json_each(?)) ORDER BY finished_at LIMIT ?)`,
+			code, nanos(p.Before), skipJSON(p.Skip), p.Limit)
 		if err != nil {
 			return err
 		}
@@ -1134,4 +1135,10 @@ func (s *Store) JobDeleteOverCeiling(ctx context.Context, p store.JobDeleteOverC
 		return err
 	})
 	return n, err
+}
+
+// skipJSON is namespaces as a JSON array, for json_each.
+func skipJSON(namespaces []string) string {
+	b, _ := json.Marshal(append([]string{}, namespaces...))
+	return string(b)
 }

@@ -84,6 +84,36 @@ func exerciseDelete(t *testing.T, newStore Factory) {
 		getJob(t, s, nsA, "pend")
 	})
 
+	// A namespace whose quota cannot be read loses nothing to the TTL
+	// sweep; the rows of others behind its oldest still go, in order.
+	t.Run("FinishedBeforeSkips", func(t *testing.T) {
+		s := newStore(t, nil)
+		for i := range 4 { // nsA's rows are the oldest
+			completeJob(t, s, nsA, at(time.Duration(-20+i)*time.Hour), newJob(fmt.Sprintf("a%d", i)))
+		}
+		completeJob(t, s, nsB, at(-10*time.Hour), newJob("b0"))
+		completeJob(t, s, nsB, at(-9*time.Hour), newJob("b1"))
+		completeJob(t, s, nsB, at(-time.Minute), newJob("young"))
+		skipA := func(limit int) int64 {
+			t.Helper()
+			n, err := s.JobDeleteFinishedBefore(t.Context(), store.JobDeleteFinishedBeforeParams{
+				Status: api.StatusCompleted, Before: at(-time.Hour), Limit: limit, Skip: []string{nsA}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		wantN(t, "skipping nsA, limit 1", skipA(1), 1)
+		wantNoJob(t, s, nsB, "b0")
+		getJob(t, s, nsB, "b1")
+		wantN(t, "skipping nsA, limit 10", skipA(10), 1)
+		wantN(t, "skipping nsA, nothing left", skipA(10), 0)
+		wantCounts(t, s, nsA, store.Counts{Completed: 4})
+		wantCounts(t, s, nsB, store.Counts{Completed: 1})
+		// Not skipped, nsA's go too.
+		wantN(t, "no skip", deleteBefore(t, s, api.StatusCompleted, at(-time.Hour), 10), 4)
+	})
+
 	t.Run("FinishedBeforeLimit", func(t *testing.T) {
 		s := newStore(t, nil)
 		for i := range 5 {
