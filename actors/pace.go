@@ -73,6 +73,9 @@ func (c *Core) PaceRefusal(m *Message, err *api.Error, now time.Time) bool {
 		return true
 	}
 	at = minTime(at, now.Add(p.cfg.MaxHold))
+	// The call's jobs are not needed to answer it: a held refusal keeps
+	// only its answer, not a batch of up to the bus's 16 MiB.
+	m.Body = nil
 	p.held = append(p.held, HeldRefusal{Msg: m, Err: err, at: at})
 	return false
 }

@@ -31,8 +31,12 @@ func TestPaceRefusalHoldsPastTheBurst(t *testing.T) {
 		}
 	}
 	first := paced()
+	first.Body = &api.EnqueueRequest{Jobs: make([]api.Job, 10000)}
 	if c.PaceRefusal(first, queueFull, t0) {
 		t.Fatal("the refusal past the burst was answered at once")
+	}
+	if first.Body != nil {
+		t.Error("a held refusal keeps its call's jobs in memory")
 	}
 	if got := c.NextDeadline(); !got.Equal(t0.Add(interval)) {
 		t.Errorf("NextDeadline %v, want the held refusal's turn %v", got.Sub(t0), interval)
