@@ -23,7 +23,8 @@ type Pace struct {
 	// MaxHold is the longest a refusal is held.
 	MaxHold time.Duration
 	// MaxHeld bounds the refusals a namespace holds; past it they are
-	// answered at once (a held refusal keeps its call in memory).
+	// answered at once (a held refusal keeps its answer and reply in
+	// memory, and on the bus the caller's request stays open).
 	MaxHeld int
 }
 
