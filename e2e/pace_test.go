@@ -8,7 +8,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flexiq/flexiq/actors"
 	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/node"
 )
 
 // docs/protocol.md "Refusals are paced": a producer calling past its quota
@@ -19,23 +21,52 @@ func TestRefusalsPastTheBurstAreAllAnswered(t *testing.T) {
 	e := start(t)
 	flooder, other := e.tenant("flooder"), e.tenant("other")
 	e.setQuota(flooder.admin, `{"max_pending":0}`)
-
-	const calls = 300 // three times the burst, at once
-	var wg sync.WaitGroup
-	errs := make(chan error, calls)
-	for range calls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := flooder.p.Enqueue(context.Background(), job("q", "t"))
-			errs <- err
-		}()
-	}
-	// The other namespace is neither refused nor held meanwhile.
+	flood(t, flooder)
+	// The other namespace is neither refused nor held.
 	for range 10 {
 		if _, err := other.p.Enqueue(context.Background(), job("q", "t")); err != nil {
 			t.Fatalf("another namespace's enqueue during the flood: %v", err)
 		}
+	}
+	n, ok := paced(t, e, "flooder")
+	if !ok {
+		t.Fatal("no flexiq_refusals_paced_total for the flooder: no refusal was held")
+	}
+	if n < 1 || n > floodCalls-100 {
+		t.Errorf("%d refusals held of %d, want some, and none of the first 100", n, floodCalls)
+	}
+	if _, ok := paced(t, e, "other"); ok {
+		t.Error("the other namespace's calls were held")
+	}
+}
+
+// --refusal-pace off (node.Config.RefusalPace zero): every refusal is
+// answered at once, none held.
+func TestRefusalPaceOff(t *testing.T) {
+	e := start(t, func(c *node.Config) { c.RefusalPace = actors.Pace{} })
+	flooder := e.tenant("flooder")
+	e.setQuota(flooder.admin, `{"max_pending":0}`)
+	flood(t, flooder)
+	if n, ok := paced(t, e, "flooder"); ok {
+		t.Errorf("%d refusals held with the pace off", n)
+	}
+}
+
+const floodCalls = 300 // three times the default burst, at once
+
+// flood makes floodCalls enqueues at once in tn's namespace, all of which must
+// be answered QUEUE_FULL.
+func flood(t *testing.T, tn *tenant) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, floodCalls)
+	for range floodCalls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := tn.p.Enqueue(context.Background(), job("q", "t"))
+			errs <- err
+		}()
 	}
 	wg.Wait()
 	close(errs)
@@ -44,18 +75,20 @@ func TestRefusalsPastTheBurstAreAllAnswered(t *testing.T) {
 			t.Fatalf("a call past max_pending 0 answered %v, want QUEUE_FULL", err)
 		}
 	}
+}
+
+// paced is flexiq_refusals_paced_total of ns on e's node; ok is false
+// when it has no such series (none held).
+func paced(t *testing.T, e *env, ns string) (n int, ok bool) {
+	t.Helper()
 	status, raw := e.do("GET", "/metrics", e.root, nil)
 	if status != http.StatusOK {
 		t.Fatalf("GET /metrics: %d", status)
 	}
-	m := regexp.MustCompile(`(?m)^flexiq_refusals_paced_total\{namespace="flooder"\} (\d+)$`).FindSubmatch(raw)
+	m := regexp.MustCompile(`(?m)^flexiq_refusals_paced_total\{namespace="` + regexp.QuoteMeta(ns) + `"\} (\d+)$`).FindSubmatch(raw)
 	if m == nil {
-		t.Fatal("no flexiq_refusals_paced_total for the flooder: no refusal was held")
+		return 0, false
 	}
-	if n, _ := strconv.Atoi(string(m[1])); n < 1 || n > calls-100 {
-		t.Errorf("%d refusals held of %d, want some, and none of the first 100", n, calls)
-	}
-	if regexp.MustCompile(`flexiq_refusals_paced_total\{namespace="other"\}`).Match(raw) {
-		t.Error("the other namespace's calls were held")
-	}
+	n, _ = strconv.Atoi(string(m[1]))
+	return n, true
 }

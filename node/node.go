@@ -73,6 +73,9 @@ type Config struct {
 	NATSTLSCert, NATSTLSKey string
 	// IdleAfter passivates idle actors (default 1 minute).
 	IdleAfter time.Duration
+	// RefusalPace paces clients' quota refusals (docs/protocol.md,
+	// Refusals are paced; default actors.DefaultPace, zero: off).
+	RefusalPace actors.Pace
 	// SampleInterval is how often the usage history is sampled and the
 	// quota alarms evaluated (docs/dashboard.md; default 10 s).
 	SampleInterval time.Duration
@@ -94,6 +97,7 @@ func Defaults() Config {
 		CleanupBatch:    1000,
 		QuotaCacheTTL:   2 * time.Second,
 		SampleInterval:  admin.DefaultSampleInterval,
+		RefusalPace:     actors.DefaultPace(),
 	}
 }
 
@@ -226,7 +230,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.cancel = runCancel
 	n.clusterCtx, n.clusterCancel = context.WithCancel(context.WithoutCancel(ctx))
 	deps := actors.Deps{
-		Store: n.Store, Snapshots: n.Cache, Log: n.log, Observer: n.Metrics, IdleAfter: cfg.IdleAfter, Pace: actors.DefaultPace(),
+		Store: n.Store, Snapshots: n.Cache, Log: n.log, Observer: n.Metrics, IdleAfter: cfg.IdleAfter, Pace: cfg.RefusalPace,
 	}
 	if err := n.startCluster(ctx); err != nil {
 		return n, err

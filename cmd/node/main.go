@@ -22,6 +22,7 @@ import (
 
 	"github.com/oklog/run"
 
+	"github.com/flexiq/flexiq/actors"
 	"github.com/flexiq/flexiq/bus"
 	"github.com/flexiq/flexiq/internal/redact"
 	"github.com/flexiq/flexiq/node"
@@ -209,6 +210,12 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		cfg.CleanupBatch = n
 	}
 	fs.Var(positiveInt{&cfg.CleanupBatch}, "cleanup-batch", "rows deleted per namespace per kind per tick (env FLEXIQ_CLEANUP_BATCH)")
+	if v := getenv("FLEXIQ_REFUSAL_PACE"); v != "" {
+		if err := (refusalPace{&cfg.RefusalPace}).Set(v); err != nil {
+			return cfg, usageError{"FLEXIQ_REFUSAL_PACE: " + err.Error()}
+		}
+	}
+	fs.Var(refusalPace{&cfg.RefusalPace}, "refusal-pace", "how fast a namespace's quota refusals past a burst of as many are answered: <count>/s, or off (env FLEXIQ_REFUSAL_PACE)")
 	if v := getenv("FLEXIQ_MAINTENANCE"); v != "" {
 		switch strings.ToLower(v) {
 		case "on", "1", "true", "yes":
@@ -330,6 +337,37 @@ func (p positiveDuration) Set(s string) error {
 		return fmt.Errorf("must be a positive duration such as 30s or 168h, got %q", s)
 	}
 	*p.d = d
+	return nil
+}
+
+// refusalPace is --refusal-pace: off, or <count>/s, a burst of count
+// refusals answered at once and then count a second, each held at most
+// a second (docs/protocol.md, Refusals are paced).
+type refusalPace struct{ p *actors.Pace }
+
+// maxRefusalPace bounds --refusal-pace's count.
+const maxRefusalPace = 1_000_000
+
+func (r refusalPace) String() string {
+	if r.p == nil || r.p.Interval <= 0 {
+		return "off"
+	}
+	return strconv.Itoa(r.p.Burst) + "/s"
+}
+
+func (r refusalPace) Set(s string) error {
+	if s == "off" {
+		*r.p = actors.Pace{}
+		return nil
+	}
+	count, ok := strings.CutSuffix(s, "/s")
+	n, err := strconv.Atoi(count)
+	if !ok || err != nil || n < 1 || n > maxRefusalPace || strings.HasPrefix(count, "+") {
+		return fmt.Errorf("must be off or <count>/s with count 1-%d (e.g. 100/s), got %q", maxRefusalPace, s)
+	}
+	p := actors.DefaultPace()
+	p.Burst, p.Interval = n, time.Second/time.Duration(n)
+	*r.p = p
 	return nil
 }
 

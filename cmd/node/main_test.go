@@ -33,8 +33,19 @@ func TestFlagsAndEnvironmentTwins(t *testing.T) {
 	if cfg, err := parse(nil, env(map[string]string{"FLEXIQ_GRPC_ADDR": "off"}), &bytes.Buffer{}); err != nil || cfg.GRPCAddr != "" {
 		t.Fatalf("FLEXIQ_GRPC_ADDR=off: grpc %q %v", cfg.GRPCAddr, err)
 	}
+	// The refusal pace: <count>/s, or off.
+	if cfg, err := parse([]string{"--refusal-pace", "50/s"}, env(nil), &bytes.Buffer{}); err != nil ||
+		cfg.RefusalPace.Burst != 50 || cfg.RefusalPace.Interval != 20*time.Millisecond || cfg.RefusalPace.MaxHold != time.Second {
+		t.Fatalf("--refusal-pace 50/s: %+v %v", cfg.RefusalPace, err)
+	}
+	if cfg, err := parse(nil, env(map[string]string{"FLEXIQ_REFUSAL_PACE": "off"}), &bytes.Buffer{}); err != nil || cfg.RefusalPace.Interval != 0 {
+		t.Fatalf("FLEXIQ_REFUSAL_PACE=off: %+v %v", cfg.RefusalPace, err)
+	}
 	// Defaults of docs/configuration.md.
 	cfg, _ = parse(nil, env(nil), &bytes.Buffer{})
+	if cfg.RefusalPace.Burst != 100 || cfg.RefusalPace.Interval != 10*time.Millisecond {
+		t.Fatalf("default refusal pace: %+v", cfg.RefusalPace)
+	}
 	if cfg.DataDir != "./flexiq-data" || cfg.NATSListen != "127.0.0.1:4222" || cfg.AdminAddr != "127.0.0.1:7070" ||
 		!cfg.Maintenance || cfg.ArchiveTTL != 168*time.Hour || cfg.DeadTTL != 720*time.Hour ||
 		cfg.CleanupInterval != 30*time.Second || cfg.CleanupBatch != 1000 || cfg.QuotaCacheTTL != 2*time.Second {
@@ -58,6 +69,9 @@ func TestBadValuesExit2NamingTheFlagOrVariable(t *testing.T) {
 		{nil, map[string]string{"FLEXIQ_DEAD_TTL": "-1h"}, "FLEXIQ_DEAD_TTL"},
 		{nil, map[string]string{"FLEXIQ_MAINTENANCE": "maybe"}, "FLEXIQ_MAINTENANCE"},
 		{nil, map[string]string{"FLEXIQ_CLEANUP_BATCH": "many"}, "FLEXIQ_CLEANUP_BATCH"},
+		{[]string{"--refusal-pace", "100/m"}, nil, `--refusal-pace: must be off or <count>/s with count 1-1000000 (e.g. 100/s), got "100/m"`},
+		{[]string{"--refusal-pace", "0/s"}, nil, "--refusal-pace"},
+		{nil, map[string]string{"FLEXIQ_REFUSAL_PACE": "fast"}, `FLEXIQ_REFUSAL_PACE: must be off or <count>/s`},
 		// SQLite cannot be shared: a cluster flag with it names both.
 		{[]string{"--cluster-listen", "127.0.0.1:6222"}, nil, "--cluster-listen needs a shared store: the default store"},
 		{[]string{"--routes", "nats://127.0.0.1:6222", "--store", "sqlite://x.db"}, nil, "--routes needs a shared store: --store is SQLite"},
