@@ -28,10 +28,16 @@ type Pace struct {
 	MaxHeld int
 }
 
-// DefaultPace is a node's pace (docs/protocol.md): 100 refusals at once,
-// then 100 a second, each held at most 1 s, at most 256 held.
-func DefaultPace() Pace {
-	return Pace{Burst: 100, Interval: 10 * time.Millisecond, MaxHold: time.Second, MaxHeld: 256}
+// DefaultPace is a node's pace (docs/protocol.md): 100 a second after a
+// burst of ten seconds' worth (1000 refusals at once, so a short run of
+// refusals, a test's or a producer's before it backs off, is answered at
+// once), each held at most 1 s, at most 256 held.
+func DefaultPace() Pace { return PaceOf(100) }
+
+// PaceOf is the pace of perSecond refusals a second after a burst of ten
+// seconds' worth.
+func PaceOf(perSecond int) Pace {
+	return Pace{Burst: 10 * perSecond, Interval: time.Second / time.Duration(perSecond), MaxHold: time.Second, MaxHeld: 256}
 }
 
 // pacer is a namespace's refusal pacing: a GCRA over its quota refusals.

@@ -6,7 +6,7 @@
 // message every other client sees for the same situation. Back off on
 // RESOURCE_EXHAUSTED (QUEUE_FULL, RATE_LIMITED): a producer that keeps
 // calling past its quota gets its refusals paced by the node, each up to
-// 1 s late after its first 100 (docs/protocol.md, "Refusals are paced"),
+// 1 s late after its first 1000 (docs/protocol.md, "Refusals are paced"),
 // so keep Client.Timeout above 1 s.
 package client
 

@@ -32,8 +32,8 @@ func TestRefusalsPastTheBurstAreAllAnswered(t *testing.T) {
 	if !ok {
 		t.Fatal("no flexiq_refusals_paced_total for the flooder: no refusal was held")
 	}
-	if n < 1 || n > floodCalls-100 {
-		t.Errorf("%d refusals held of %d, want some, and none of the first 100", n, floodCalls)
+	if burst := actors.DefaultPace().Burst; n < 1 || n > floodCalls()-burst {
+		t.Errorf("%d refusals held of %d, want some, and none of the first %d", n, floodCalls(), burst)
 	}
 	if _, ok := paced(t, e, "other"); ok {
 		t.Error("the other namespace's calls were held")
@@ -52,15 +52,17 @@ func TestRefusalPaceOff(t *testing.T) {
 	}
 }
 
-const floodCalls = 300 // three times the default burst, at once
+// floodCalls is how many calls flood makes at once: the default burst and
+// 300 more.
+func floodCalls() int { return actors.DefaultPace().Burst + 300 }
 
-// flood makes floodCalls enqueues at once in tn's namespace, all of which must
+// flood makes floodCalls() enqueues at once in tn's namespace, all of which must
 // be answered QUEUE_FULL.
 func flood(t *testing.T, tn *tenant) {
 	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, floodCalls)
-	for range floodCalls {
+	errs := make(chan error, floodCalls())
+	for range floodCalls() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -215,7 +215,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 			return cfg, usageError{"FLEXIQ_REFUSAL_PACE: " + err.Error()}
 		}
 	}
-	fs.Var(refusalPace{&cfg.RefusalPace}, "refusal-pace", "how fast a namespace's quota refusals past a burst of as many are answered: <count>/s, or off (env FLEXIQ_REFUSAL_PACE)")
+	fs.Var(refusalPace{&cfg.RefusalPace}, "refusal-pace", "how fast a namespace's quota refusals are answered past a burst of ten seconds' worth: <count>/s, or off (env FLEXIQ_REFUSAL_PACE)")
 	if v := getenv("FLEXIQ_MAINTENANCE"); v != "" {
 		switch strings.ToLower(v) {
 		case "on", "1", "true", "yes":
@@ -340,7 +340,7 @@ func (p positiveDuration) Set(s string) error {
 	return nil
 }
 
-// refusalPace is --refusal-pace: off, or <count>/s, a burst of count
+// refusalPace is --refusal-pace: off, or <count>/s, a burst of 10 × count
 // refusals answered at once and then count a second, each held at most
 // a second (docs/protocol.md, Refusals are paced).
 type refusalPace struct{ p *actors.Pace }
@@ -352,7 +352,7 @@ func (r refusalPace) String() string {
 	if r.p == nil || r.p.Interval <= 0 {
 		return "off"
 	}
-	return strconv.Itoa(r.p.Burst) + "/s"
+	return strconv.Itoa(int(time.Second/r.p.Interval)) + "/s"
 }
 
 func (r refusalPace) Set(s string) error {
@@ -365,9 +365,7 @@ func (r refusalPace) Set(s string) error {
 	if !ok || err != nil || n < 1 || n > maxRefusalPace || strings.HasPrefix(count, "+") {
 		return fmt.Errorf("must be off or <count>/s with count 1-%d (e.g. 100/s), got %q", maxRefusalPace, s)
 	}
-	p := actors.DefaultPace()
-	p.Burst, p.Interval = n, time.Second/time.Duration(n)
-	*r.p = p
+	*r.p = actors.PaceOf(n)
 	return nil
 }
 

@@ -35,7 +35,7 @@ func TestFlagsAndEnvironmentTwins(t *testing.T) {
 	}
 	// The refusal pace: <count>/s, or off.
 	if cfg, err := parse([]string{"--refusal-pace", "50/s"}, env(nil), &bytes.Buffer{}); err != nil ||
-		cfg.RefusalPace.Burst != 50 || cfg.RefusalPace.Interval != 20*time.Millisecond || cfg.RefusalPace.MaxHold != time.Second {
+		cfg.RefusalPace.Burst != 500 || cfg.RefusalPace.Interval != 20*time.Millisecond || cfg.RefusalPace.MaxHold != time.Second {
 		t.Fatalf("--refusal-pace 50/s: %+v %v", cfg.RefusalPace, err)
 	}
 	if cfg, err := parse(nil, env(map[string]string{"FLEXIQ_REFUSAL_PACE": "off"}), &bytes.Buffer{}); err != nil || cfg.RefusalPace.Interval != 0 {
@@ -43,7 +43,7 @@ func TestFlagsAndEnvironmentTwins(t *testing.T) {
 	}
 	// Defaults of docs/configuration.md.
 	cfg, _ = parse(nil, env(nil), &bytes.Buffer{})
-	if cfg.RefusalPace.Burst != 100 || cfg.RefusalPace.Interval != 10*time.Millisecond {
+	if cfg.RefusalPace.Burst != 1000 || cfg.RefusalPace.Interval != 10*time.Millisecond {
 		t.Fatalf("default refusal pace: %+v", cfg.RefusalPace)
 	}
 	if cfg.DataDir != "./flexiq-data" || cfg.NATSListen != "127.0.0.1:4222" || cfg.AdminAddr != "127.0.0.1:7070" ||
