@@ -405,6 +405,7 @@ func (s *Sim) clusterReply(m *msgRec, err *api.Error) bool {
 		return false
 	}
 	s.stat("moved: routed again")
+	m.moved = true // answered by routing it again, not held
 	n := m.at
 	s.logf("  m%d moved at %s: routed again", m.id, n.name)
 	s.after(s.cfg.Cluster.Tick, func() { s.route(m, n, 0) })

@@ -388,6 +388,10 @@ func (s *Sim) step(sa *simActor) {
 	sa.a.Step(context.Background(), s.now)
 	s.cur = nil
 	for _, m := range ctx.msgs {
+		if m.moved {
+			m.moved = false // its next owner takes it
+			continue
+		}
 		if !m.replied && ctx.snapOK && !m.decided {
 			m.decided, m.decidedSnap, m.decidedBy = true, ctx.snap, sa
 			if m.op != actors.OpClaim { // a parked claim is not held
@@ -537,6 +541,9 @@ type msgRec struct {
 	decided     bool
 	decidedSnap cachebust.Snapshot
 	decidedBy   *simActor
+	// moved: the step that took it answered "moved" and the call is
+	// routed again, to be taken by the namespace's next owner.
+	moved bool
 }
 
 func (m *msgRec) describe(s *Sim) string {
