@@ -296,7 +296,10 @@ func TestWorkerHeartbeatsMoreJobsThanOneRequestNames(t *testing.T) {
 	c := fakeBus(t, subs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w := NewWorker(c, WorkerConfig{Queues: []string{"q"}, Concurrency: total, Lease: 300 * time.Millisecond},
+	// A lease long enough that no job's runs out while 1200 slots take
+	// their jobs on a loaded machine (CI under -race let some go); the
+	// first heartbeat goes a third of it in.
+	w := NewWorker(c, WorkerConfig{Queues: []string{"q"}, Concurrency: total, Lease: 3 * time.Second},
 		func(context.Context, api.Job) (json.RawMessage, error) {
 			<-allBeat
 			return nil, nil
@@ -305,7 +308,7 @@ func TestWorkerHeartbeatsMoreJobsThanOneRequestNames(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 	select {
 	case <-allBeat:
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		mu.Lock()
 		t.Errorf("%d of %d jobs' leases extended", len(extended), total)
 		mu.Unlock()
@@ -493,7 +496,9 @@ func TestWorkerClaimsInPlaceOfAHeldJobWhoseLeaseIsLost(t *testing.T) {
 // let go of on arrival, claimed again under the next attempt and let go
 // of again, each time a longer backoff: a job stuck pending.)
 func TestWorkerTimesALeaseFromWhenTheNodeHandedTheJobOut(t *testing.T) {
-	const lease = 200 * time.Millisecond
+	// Long enough for the free slot to take the job well within it on a
+	// loaded machine; the poll hands it out after twice that.
+	const lease = time.Second
 	var (
 		mu     sync.Mutex
 		served bool
