@@ -20,10 +20,12 @@ import (
 // gone, as after a long stall), and it records the acks and nacks.
 type fakeNode struct {
 	noBeats bool // heartbeats go unanswered (no responders)
-	mu      sync.Mutex
-	claimed bool
-	finals  []string // ack or nack of an id
-	beats   int
+	// answered, when set, is closed once the first claim is answered.
+	answered chan struct{}
+	mu       sync.Mutex
+	claimed  bool
+	finals   []string // ack or nack of an id
+	beats    int
 }
 
 func (f *fakeNode) handlers() map[string]nats.MsgHandler {
@@ -38,6 +40,9 @@ func (f *fakeNode) handlers() map[string]nats.MsgHandler {
 				return
 			}
 			respondJSON(m, api.ClaimReply{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t", Attempt: 1}, {ID: "b", Queue: "q", Task: "t", Attempt: 1}}})
+			if f.answered != nil {
+				close(f.answered)
+			}
 		},
 		api.SubjectHeartbeat: func(m *nats.Msg) {
 			f.mu.Lock()
@@ -202,7 +207,7 @@ func TestWorkerLetsGoOfJobsWhoseLeaseIsLost(t *testing.T) {
 // lease has run out by the worker's own clock is not started: the node
 // may have given it to another worker.
 func TestWorkerDoesNotStartAHeldJobPastItsLease(t *testing.T) {
-	f := &fakeNode{noBeats: true}
+	f := &fakeNode{noBeats: true, answered: make(chan struct{})}
 	c := fakeBus(t, f.handlers())
 	logs := make(chan string, 64)
 	var (
@@ -227,8 +232,14 @@ func TestWorkerDoesNotStartAHeldJobPastItsLease(t *testing.T) {
 	})
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	// Heartbeats go every third of the lease from the start of Run, and
-	// the claim went after it: past the fourth failure, b's lease is over.
+	// Heartbeats go every third of the lease: four failures after the
+	// claim was answered span at least the lease, so b's is over however
+	// late a loaded machine ran the claim (what was logged before is
+	// dropped).
+	<-f.answered
+	for len(logs) > 0 {
+		<-logs
+	}
 	waitLog(t, logs, "heartbeat failed", 4, "heartbeats did not fail four times")
 	close(release)
 	waitLog(t, logs, notStarted, 1, "the worker started b past its lease")
