@@ -81,7 +81,8 @@ func TestDecodeAgreesWithEncodingJSON(t *testing.T) {
 }
 
 // FuzzDecodeAgreesWithEncodingJSON: go test -fuzz FuzzDecodeAgreesWithEncodingJSON ./api
-// (90 s, 1.6 million bodies, found no difference).
+// (2026-12-02: 45 s of Decode, after 90 s and 1.6 million bodies of
+// go-json itself against encoding/json; no difference either time).
 func FuzzDecodeAgreesWithEncodingJSON(f *testing.F) {
 	f.Add(`{"jobs":[{"queue":"q","task":"t","priority":1,"payload":{"a":[1,"x",null,true]},"run_at":"2026-01-02T15:04:05Z","debounce":{"key":"k","window_ms":5},"max_attempts":3,"unique_key":"u","id":"i"}]}`)
 	f.Add(`{"queues":["a"],"max":1,"wait_ms":0,"lease_ms":30000,"worker":"w"}`)
