@@ -798,6 +798,17 @@ func BenchmarkClusterThroughput(b *testing.B) {
 // /metrics.
 func (c *testCluster) metric(m *member, name string) float64 {
 	c.t.Helper()
+	v, ok := c.metricIf(m, name)
+	if !ok {
+		c.t.Fatalf("no %s on %s", name, m.id)
+	}
+	return v
+}
+
+// metricIf is the value of series name (with its labels, as printed) on
+// m's /metrics; ok is false when m has no such series.
+func (c *testCluster) metricIf(m *member, name string) (float64, bool) {
+	c.t.Helper()
 	req, _ := http.NewRequest("GET", "http://"+m.admin+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+clusterRoot)
 	resp, err := http.DefaultClient.Do(req)
@@ -810,11 +821,10 @@ func (c *testCluster) metric(m *member, name string) float64 {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			var f float64
 			fmt.Sscan(v, &f)
-			return f
+			return f, true
 		}
 	}
-	c.t.Fatalf("no %s on %s", name, m.id)
-	return 0
+	return 0, false
 }
 
 // A client's calls go straight to its namespace's owner once the owner has
