@@ -2,16 +2,10 @@ package actors
 
 import (
 	"context"
-	"log/slog"
-	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/flexiq/flexiq/api"
-	"github.com/flexiq/flexiq/cachebust"
-	"github.com/flexiq/flexiq/quota"
-	"github.com/flexiq/flexiq/store"
-	"github.com/flexiq/flexiq/store/sqlite"
 )
 
 var queueFull = api.Errorf(api.CodeResourceExhausted, api.ReasonQueueFull, "queue 'q' is full")
@@ -104,19 +98,10 @@ func TestPaceRefusalHoldsPastTheBurst(t *testing.T) {
 // actor answers what it holds.
 func TestActorAnswersHeldRefusalsAtTheirTurn(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, ":memory:", sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	now := time.Unix(1_000_000, 0)
-	if _, err := st.SettingPut(ctx, store.SettingPutParams{Key: quota.Key("acme"), Value: []byte(`{"max_pending":0}`), Now: now}); err != nil {
-		t.Fatal(err)
-	}
 	pace := DefaultPace()
 	burst, interval := pace.Burst, pace.Interval
-	deps := &Deps{Store: st, Snapshots: cachebust.New(st, time.Hour, nil), Log: slog.New(slog.DiscardHandler), Observer: nopObserver{}, Pace: pace}
-	a := NewActor("acme", NewCore("acme", rand.New(rand.NewPCG(1, 2))), deps)
+	a, _ := sqliteActor(t, `{"max_pending":0}`, pace)
 	enqueue := func(paced bool, into *[]answer) {
 		a.Send(collect(&Message{Op: OpEnqueue, Paced: paced, Body: &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}}}, into))
 	}

@@ -93,19 +93,27 @@ func TestStepAnswersWaitForTheCommit(t *testing.T) {
 // A job a worker took ahead of a free slot counts as running against
 // max_running until it is given back; a release makes it pending again,
 // its attempt not spent, and frees the slot for the next claim.
-func TestReleaseGivesBackAnUnstartedJob(t *testing.T) {
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, ":memory:", sqlite.Options{})
+// sqliteActor is namespace acme's actor on a private in-memory SQLite
+// store whose quota document is doc, with pace, and the store; the test's
+// end closes it.
+func sqliteActor(t *testing.T, doc string, pace Pace) (*Actor, *sqlite.Store) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), ":memory:", sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	now := time.Unix(1_000_000, 0)
-	if _, err := st.SettingPut(ctx, store.SettingPutParams{Key: quota.Key("acme"), Value: []byte(`{"max_running":2}`), Now: now}); err != nil {
+	t.Cleanup(func() { st.Close() })
+	if _, err := st.SettingPut(context.Background(), store.SettingPutParams{Key: quota.Key("acme"), Value: []byte(doc), Now: time.Unix(1_000_000, 0)}); err != nil {
 		t.Fatal(err)
 	}
-	deps := &Deps{Store: st, Snapshots: cachebust.New(st, time.Second, nil), Log: slog.New(slog.DiscardHandler), Observer: nopObserver{}}
-	a := NewActor("acme", NewCore("acme", rand.New(rand.NewPCG(1, 2))), deps)
+	deps := &Deps{Store: st, Snapshots: cachebust.New(st, time.Second, nil), Log: slog.New(slog.DiscardHandler), Observer: nopObserver{}, Pace: pace}
+	return NewActor("acme", NewCore("acme", rand.New(rand.NewPCG(1, 2))), deps), st
+}
+
+func TestReleaseGivesBackAnUnstartedJob(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1_000_000, 0)
+	a, st := sqliteActor(t, `{"max_running":2}`, Pace{})
 	step := func(op Op, body any) answer {
 		t.Helper()
 		var got []answer
