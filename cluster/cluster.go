@@ -182,6 +182,11 @@ type Cluster struct {
 	ready   bool
 	leaving bool
 	kick    chan struct{}
+	// turn is held by a tick from start to end, and by Leave while it
+	// marks the node leaving: a tick already under way when Leave begins
+	// would otherwise install (and renew) the leases Leave just gave up,
+	// and the node would act as their owner again with its actors stopped.
+	turn chan struct{}
 	// changed is closed (and replaced) after every tick: calls waiting
 	// for their namespace's owner look again.
 	changed chan struct{}
@@ -209,7 +214,7 @@ func New(cfg Config) *Cluster {
 	if cfg.Info == nil {
 		cfg.Info = func() store.MemberInfo { return store.MemberInfo{} }
 	}
-	return &Cluster{cfg: cfg, leases: map[string]store.Lease{}, held: map[string]heldLease{}, ready: true, kick: make(chan struct{}, 1), changed: make(chan struct{})}
+	return &Cluster{cfg: cfg, leases: map[string]store.Lease{}, held: map[string]heldLease{}, ready: true, kick: make(chan struct{}, 1), turn: make(chan struct{}, 1), changed: make(chan struct{})}
 }
 
 // Node is this node's id.
@@ -245,6 +250,12 @@ func (c *Cluster) Kick() {
 // Tick heartbeats, then takes, renews and gives up leases as PlanTick
 // says. A store error keeps the current leases until they run out.
 func (c *Cluster) Tick(ctx context.Context) {
+	select {
+	case c.turn <- struct{}{}:
+		defer func() { <-c.turn }()
+	case <-ctx.Done():
+		return
+	}
 	start := c.cfg.Now()
 	info := c.cfg.Info()
 	c.mu.Lock()
@@ -478,6 +489,13 @@ func (c *Cluster) Status() Status {
 // once when a call for them arrives) and the node's row removed. Call it
 // after the node stopped taking new requests from clients.
 func (c *Cluster) Leave(ctx context.Context, drain func(ctx context.Context)) error {
+	// Wait for a tick under way to end (its leases are then in held and
+	// given up below); the ticks after it see leaving and do nothing.
+	select {
+	case c.turn <- struct{}{}:
+		defer func() { <-c.turn }()
+	case <-ctx.Done():
+	}
 	c.mu.Lock()
 	c.leaving = true
 	var names []string

@@ -264,6 +264,72 @@ func TestJoinAndLeaveHandOver(t *testing.T) {
 	}
 }
 
+// slowAcquire is the test store with one LeaseAcquire held up: entered
+// is closed when it begins, and it goes on when release is closed. left
+// is closed when a node leaves.
+type slowAcquire struct {
+	*clustertest.MemStore
+	once             sync.Once
+	entered, release chan struct{}
+	left             chan struct{}
+	leftOnce         sync.Once
+}
+
+func (s *slowAcquire) LeaseAcquire(ctx context.Context, p store.LeaseAcquireParams) ([]store.Lease, error) {
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		close(s.entered)
+		<-s.release
+	}
+	return s.MemStore.LeaseAcquire(ctx, p)
+}
+
+func (s *slowAcquire) MemberLeave(ctx context.Context, node string) error {
+	s.leftOnce.Do(func() { close(s.left) })
+	return s.MemStore.MemberLeave(ctx, node)
+}
+
+// A tick under way when the node leaves does not give it back the leases
+// it gave up: Leave waits for it, and the node owns nothing afterwards
+// (it would otherwise act as their owner with its actors stopped, and
+// keep the leases from the others until they expire).
+func TestLeaveWaitsForATickUnderWay(t *testing.T) {
+	tc := newTestCluster("a", "c")
+	settle(t, tc, 4, "a", "c")
+	slow := &slowAcquire{MemStore: tc.st, entered: make(chan struct{}), release: make(chan struct{}), left: make(chan struct{})}
+	c := tc.nodes["c"]
+	c.cfg.Store = slow
+	if len(c.Partitions()) == 0 {
+		t.Fatal("c holds no partition before it leaves")
+	}
+	ticked := make(chan struct{})
+	go func() { c.Tick(context.Background()); close(ticked) }()
+	<-slow.entered
+	left := make(chan error, 1)
+	go func() { left <- c.Leave(context.Background(), nil) }()
+	// Let the tick go on once Leave is done with the store (without the
+	// wait) or has had time to begin (with it): either way the verdict
+	// below does not depend on when.
+	select {
+	case <-slow.left:
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(slow.release)
+	<-ticked
+	if err := <-left; err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Partitions(); len(got) != 0 {
+		t.Fatalf("c holds %d partitions after it left", len(got))
+	}
+	for name, l := range tc.st.Leases {
+		if l.Holder == "c" && l.Expires.After(tc.clk.Now()) {
+			t.Fatalf("lease %s is c's in the store after c left", name)
+		}
+	}
+}
+
 // The leader's lease moves when the leader dies, to a node with
 // maintenance on only.
 func TestTheLeaderIsReelected(t *testing.T) {
