@@ -3,7 +3,6 @@ package api
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"strconv"
 	"strings"
 )
 
@@ -56,58 +55,81 @@ var RequestSubjects = []string{
 	SubjectEnqueue, SubjectClaim, SubjectHeartbeat, SubjectAck, SubjectNack, SubjectEvent, SubjectDeadReplay,
 }
 
-// Partition subjects (docs/protocol.md "Going straight to the owner"). In a
-// cluster every namespace hashes onto a partition and one node owns each.
-// The owner names the partition in its replies (HeaderPartition); a client
-// may then send its calls to SubjectPartition(p, subject), which only the
-// partition's owner subscribes to, so NATS delivers them there directly
-// instead of to any node that would forward them. The partition is a hint:
-// a node that takes a partition subject for a namespace it does not own
-// forwards it like any call, and a client that gets no responders there
-// (the partition moved) goes back to the plain subject.
+// Owner subjects (docs/protocol.md "Going straight to the owner"). In a
+// cluster one node owns each namespace. The owner names itself in its
+// replies (HeaderOwner: the node's OwnerToken); a client may then send its
+// calls to SubjectOwner(token, subject), which only that node subscribes
+// to, so NATS delivers them there directly instead of to any node that
+// would forward them. The token is a hint: a node that takes a call on its
+// owner subject for a namespace it does not own (it just moved) forwards it
+// like any call, and a client that gets no responders there (the node is
+// gone) goes back to the plain subject.
+//
+// The subject names a node, not a partition, so that a node giving up a
+// namespace keeps taking (and forwarding) the calls already on their way
+// to it: its callers learn the new owner from the next reply and its
+// subject falls quiet before it stops listening. A subject the new owner
+// shared would never fall quiet, and a call on its way when the old owner
+// stopped listening would be dropped by the servers unanswered.
 const (
-	// SubjectPartitionPrefix is followed by the partition number and the
-	// request subject's part after "fq.v1.".
-	SubjectPartitionPrefix = "fq.v1.p."
-	// HeaderPartition, on a reply, is the partition of the caller's
-	// namespace (a decimal number), set by a clustered node.
-	HeaderPartition = "Fq-Partition"
-	// MaxPartition bounds the partition a client may name.
-	MaxPartition = 1023
+	// SubjectOwnerPrefix is followed by the owner's token and the request
+	// subject's part after "fq.v1.".
+	SubjectOwnerPrefix = "fq.v1.o."
+	// HeaderOwner, on a reply, is the OwnerToken of the node that answered
+	// as the caller's namespace's owner, set by a clustered node.
+	HeaderOwner = "Fq-Owner"
+	// ownerTokenLen is an owner token's length: 16 lowercase hex digits.
+	ownerTokenLen = 16
 )
 
-// SubjectPartition is subject (a request subject) sent straight to the
-// owner of partition p: fq.v1.p.<p>.<op>.
-func SubjectPartition(p int, subject string) string {
-	return SubjectPartitionPrefix + strconv.Itoa(p) + "." + strings.TrimPrefix(subject, "fq.v1.")
+// OwnerToken is node's token in owner subjects: the first 16 hex digits of
+// the SHA-256 of its id, so any id is safe in a subject.
+func OwnerToken(node string) string {
+	h := sha256.Sum256([]byte(node))
+	return hex.EncodeToString(h[:ownerTokenLen/2])
 }
 
-// PartitionSubjects are the partition forms of the request subjects a
-// client may publish to (fq.v1.p.*.enqueue and so on).
-var PartitionSubjects = func() []string {
+// ValidOwnerToken says v is an owner token a client may use in a subject.
+func ValidOwnerToken(v string) bool {
+	if len(v) != ownerTokenLen {
+		return false
+	}
+	for _, c := range v {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// SubjectOwner is subject (a request subject) sent straight to the node
+// whose OwnerToken is token: fq.v1.o.<token>.<op>.
+func SubjectOwner(token, subject string) string {
+	return SubjectOwnerPrefix + token + "." + strings.TrimPrefix(subject, "fq.v1.")
+}
+
+// OwnerSubjects are the owner forms of the request subjects a client may
+// publish to (fq.v1.o.*.enqueue and so on).
+var OwnerSubjects = func() []string {
 	out := make([]string, len(RequestSubjects))
 	for i, s := range RequestSubjects {
-		out[i] = SubjectPartitionPrefix + "*." + strings.TrimPrefix(s, "fq.v1.")
+		out[i] = SubjectOwnerPrefix + "*." + strings.TrimPrefix(s, "fq.v1.")
 	}
 	return out
 }()
 
-// ParsePartitionSubject splits a partition subject into its partition and
-// the request subject it stands for; ok is false for anything else.
-func ParsePartitionSubject(s string) (p int, subject string, ok bool) {
-	rest, found := strings.CutPrefix(s, SubjectPartitionPrefix)
+// ParseOwnerSubject splits an owner subject into its token and the request
+// subject it stands for; ok is false for anything else.
+func ParseOwnerSubject(s string) (token, subject string, ok bool) {
+	rest, found := strings.CutPrefix(s, SubjectOwnerPrefix)
 	if !found {
-		return 0, "", false
+		return "", "", false
 	}
-	num, op, found := strings.Cut(rest, ".")
-	if !found || num == "" || len(num) > 4 {
-		return 0, "", false
+	token, op, found := strings.Cut(rest, ".")
+	if !found || !ValidOwnerToken(token) || op == "" {
+		return "", "", false
 	}
-	p, err := strconv.Atoi(num)
-	if err != nil || p < 0 || p > MaxPartition {
-		return 0, "", false
-	}
-	return p, "fq.v1." + op, true
+	return token, "fq.v1." + op, true
 }
 
 // DiscoverySubjects are the micro discovery verbs a client may publish to
@@ -130,13 +152,11 @@ func InboxPrefix(token string) string {
 // (docs/cluster.md: the owner of a namespace serves it). The node id is hashed
 // into one subject token, so any id is safe in a subject.
 func SubjectForward(node string) string {
-	h := sha256.Sum256([]byte(node))
-	return "fq.internal.fwd." + hex.EncodeToString(h[:8])
+	return "fq.internal.fwd." + OwnerToken(node)
 }
 
 // SubjectInternalOp is where a node takes the calls of other nodes' own
 // (admin replay, periodic fires, auto-retry) for the namespaces it owns.
 func SubjectInternalOp(node string) string {
-	h := sha256.Sum256([]byte(node))
-	return "fq.internal.op." + hex.EncodeToString(h[:8])
+	return "fq.internal.op." + OwnerToken(node)
 }

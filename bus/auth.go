@@ -98,10 +98,10 @@ func (a *ClientAuth) Check(c server.ClientAuthentication) bool {
 }
 
 // ClientPermissions are a client connection's: publish the request
-// subjects (plain and per partition) and the discovery verbs, subscribe
+// subjects (plain and per owner) and the discovery verbs, subscribe
 // below its private inbox.
 func ClientPermissions(token string) *server.Permissions {
-	pub := slices.Concat(api.RequestSubjects, api.PartitionSubjects, api.DiscoverySubjects)
+	pub := slices.Concat(api.RequestSubjects, api.OwnerSubjects, api.DiscoverySubjects)
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: pub},
 		Subscribe: &server.SubjectPermission{Allow: []string{api.InboxPrefix(token) + ".>"}},

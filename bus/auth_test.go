@@ -157,20 +157,21 @@ func TestAClientMayOnlyRequestAndReadItsOwnInbox(t *testing.T) {
 		t.Fatal("a live token cannot connect")
 	}
 	// What it may do: a request through its private inbox, on a request
-	// subject or its partition form.
+	// subject or its owner form.
 	reply, err := nc.Request(api.SubjectEnqueue, []byte("{}"), 5*time.Second)
 	if err != nil || string(reply.Data) != "ok" {
 		t.Fatalf("request: %v %v", reply, err)
 	}
-	if _, err := b.node.QueueSubscribe(api.SubjectPartitionPrefix+"5.>", api.QueueGroup, func(m *nats.Msg) { _ = m.Respond([]byte("ok")) }); err != nil {
+	owner := api.OwnerToken("n5")
+	if _, err := b.node.Subscribe(api.SubjectOwner(owner, ">"), func(m *nats.Msg) { _ = m.Respond([]byte("ok")) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.node.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	reply, err = nc.Request(api.SubjectPartition(5, api.SubjectAck), []byte("{}"), 5*time.Second)
+	reply, err = nc.Request(api.SubjectOwner(owner, api.SubjectAck), []byte("{}"), 5*time.Second)
 	if err != nil || string(reply.Data) != "ok" {
-		t.Fatalf("request on a partition subject: %v %v", reply, err)
+		t.Fatalf("request on an owner subject: %v %v", reply, err)
 	}
 
 	got := make(chan *nats.Msg, 16)
@@ -189,8 +190,8 @@ func TestAClientMayOnlyRequestAndReadItsOwnInbox(t *testing.T) {
 			_, err := nc.QueueSubscribe(api.SubjectEnqueue, api.QueueGroup, collect)
 			return err
 		}},
-		{"queue-subscribe a partition subject", func() error {
-			_, err := nc.QueueSubscribe(api.SubjectPartitionPrefix+"5.>", api.QueueGroup, collect)
+		{"subscribe an owner subject", func() error {
+			_, err := nc.Subscribe(api.SubjectOwner(owner, ">"), collect)
 			return err
 		}},
 		{"subscribe a broadcast", func() error { _, err := nc.Subscribe(api.SubjectQuotaChanged, collect); return err }},

@@ -16,20 +16,18 @@ import (
 )
 
 // placement is a Router every node of the test shares: one owner for the
-// one partition the test's namespace is on.
+// test's namespace.
 type placement struct {
 	mu      sync.Mutex
 	owner   string
 	changed chan struct{}
 }
 
-const testPartition = 5
-
 func newPlacement(owner string) *placement {
 	return &placement{owner: owner, changed: make(chan struct{})}
 }
 
-// move gives the partition to owner and tells every node.
+// move gives the namespace to owner and tells every node.
 func (p *placement) move(owner string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -42,8 +40,6 @@ func (p *placement) move(owner string) {
 type view struct {
 	p    *placement
 	node string
-	// extra are partitions the node listens on besides the test's.
-	extra []int
 }
 
 func (v view) Owner(string) (string, bool) {
@@ -58,14 +54,7 @@ func (v view) Changed() <-chan struct{} {
 	return v.p.changed
 }
 
-func (v view) Kick()                {}
-func (v view) Partition(string) int { return testPartition }
-func (v view) Partitions() []int {
-	if _, mine := v.Owner(""); mine {
-		return append([]int{testPartition}, v.extra...)
-	}
-	return v.extra
-}
+func (v view) Kick() {}
 
 // countingActors answers every call at once and counts them.
 type countingActors struct{ n atomic.Int64 }
@@ -84,35 +73,19 @@ func (headerAuth) Authenticate(_ context.Context, h string) (auth.Principal, *ap
 	return auth.Principal{TokenID: "tok_p", Namespace: "acme", Role: auth.RoleProducer}, nil
 }
 
-type partitionNode struct {
+type ownerNode struct {
+	id     string
 	svc    *Service
 	actors *countingActors
 	nc     *nats.Conn
 }
 
-// holds waits until the node listens on the test partition's subjects
-// (or no longer does) and the server has seen it.
-func (n *partitionNode) holds(t *testing.T, want bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n.svc.pmu.Lock()
-		_, got := n.svc.psubs[testPartition]
-		n.svc.pmu.Unlock()
-		if got == want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the node's partition subscription: %v, want %v", got, want)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if err := n.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+// subject is the node's owner subject for enqueue.
+func (n *ownerNode) subject() string {
+	return api.SubjectOwner(api.OwnerToken(n.id), api.SubjectEnqueue)
 }
 
-func startPartitionNode(t *testing.T, b *authBus, id string, p *placement, extra ...int) *partitionNode {
+func startOwnerNode(t *testing.T, b *authBus, id string, p *placement) *ownerNode {
 	t.Helper()
 	nc, err := Connect(ConnectOptions{Server: b.srv, Name: id, Secret: testSecret})
 	if err != nil {
@@ -120,12 +93,15 @@ func startPartitionNode(t *testing.T, b *authBus, id string, p *placement, extra
 	}
 	t.Cleanup(nc.Close)
 	a := &countingActors{}
-	svc, err := NewService(context.Background(), nc, id, a, headerAuth{}, view{p: p, node: id, extra: extra}, nil)
+	svc, err := NewService(context.Background(), nc, id, a, headerAuth{}, view{p: p, node: id}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = svc.Stop(context.Background()) })
-	return &partitionNode{svc: svc, actors: a, nc: nc}
+	t.Cleanup(func() {
+		_ = svc.Stop(context.Background())
+		_ = svc.StopDirect(context.Background())
+	})
+	return &ownerNode{id: id, svc: svc, actors: a, nc: nc}
 }
 
 // waitListening waits until someone takes subject on the server.
@@ -140,28 +116,9 @@ func waitListening(t *testing.T, b *authBus, subject string, want bool) {
 	}
 }
 
-// Once the owner has named its partition, a client's calls go straight to
-// it: no node forwards them. When the partition moves, the next call still
-// lands (forwarded by the old owner, or sent again on the plain subject
-// when nobody listens) and the calls after it go straight to the new
-// owner.
-func TestCallsGoStraightToThePartitionOwner(t *testing.T) {
-	b := startAuthBus(t)
-	// The auth bus's own node answers plain enqueues with "ok"; this test
-	// has its own nodes.
-	b.node.Close()
-	p := newPlacement("n1")
-	n1 := startPartitionNode(t, b, "n1", p)
-	n2 := startPartitionNode(t, b, "n2", p)
-	subject := api.SubjectPartition(testPartition, api.SubjectEnqueue)
-	waitListening(t, b, subject, true)
-
-	c, err := client.Connect(b.srv.ClientURL(), producerTok, nats.MaxReconnects(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	enqueue := func(n int) {
+// enqueuer makes calls through a client.
+func enqueuer(t *testing.T, c *client.Client) func(n int) {
+	return func(n int) {
 		t.Helper()
 		for range n {
 			if _, err := c.Enqueue(context.Background(), api.Job{Queue: "q", Task: "t"}); err != nil {
@@ -169,21 +126,46 @@ func TestCallsGoStraightToThePartitionOwner(t *testing.T) {
 			}
 		}
 	}
-	enqueue(1) // learns the partition, through n2 or not
+}
+
+// Once the owner has named itself, a client's calls go straight to it: no
+// node forwards them. When the namespace moves, the next call still lands
+// (the old owner forwards it, and the reply names the new owner) and the
+// calls after it go straight to the new owner.
+func TestCallsGoStraightToTheOwner(t *testing.T) {
+	b := startAuthBus(t)
+	// The auth bus's own node answers plain enqueues with "ok"; this test
+	// has its own nodes.
+	b.node.Close()
+	p := newPlacement("n1")
+	n1 := startOwnerNode(t, b, "n1", p)
+	n2 := startOwnerNode(t, b, "n2", p)
+	waitListening(t, b, n1.subject(), true)
+
+	c, err := client.Connect(b.srv.ClientURL(), producerTok, nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	enqueue := enqueuer(t, c)
+	enqueue(1) // learns the owner, through n2 or not
 	before := n2.svc.Forwarded()
 	enqueue(50)
 	if got := n1.actors.n.Load(); got != 51 {
 		t.Fatalf("owner n1 served %d calls, want 51", got)
 	}
 	if got := n2.svc.Forwarded() - before; got != 0 {
-		t.Fatalf("n2 forwarded %d calls after the owner named its partition, want 0", got)
+		t.Fatalf("n2 forwarded %d calls after the owner named itself, want 0", got)
 	}
 
-	// The partition moves to n2: n1 stops listening on its subject.
+	// The namespace moves to n2: n1 forwards the next call, whose reply
+	// names n2.
 	p.move("n2")
-	n1.holds(t, false)
-	n2.holds(t, true)
+	before = n1.svc.Forwarded()
 	enqueue(1)
+	if got := n1.svc.Forwarded() - before; got != 1 {
+		t.Fatalf("n1 forwarded %d calls right after the move, want 1", got)
+	}
 	before = n1.svc.Forwarded()
 	enqueue(50)
 	if got := n2.actors.n.Load(); got != 51 {
@@ -193,11 +175,9 @@ func TestCallsGoStraightToThePartitionOwner(t *testing.T) {
 		t.Fatalf("n1 forwarded %d calls after the move, want 0", got)
 	}
 
-	// No node holds it: nobody listens on the partition subject, and a
-	// call falls back to the plain subject (and waits there for an owner;
-	// here it is given one).
+	// No node holds it: the call waits at n2 for an owner (here it is
+	// given one).
 	p.move("")
-	waitListening(t, b, subject, false)
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Enqueue(context.Background(), api.Job{Queue: "q", Task: "t"})
@@ -206,7 +186,7 @@ func TestCallsGoStraightToThePartitionOwner(t *testing.T) {
 	waitParked(t, n1, n2)
 	p.move("n1")
 	if err := <-done; err != nil {
-		t.Fatalf("a call made while no node held its partition: %v", err)
+		t.Fatalf("a call made while no node held its namespace: %v", err)
 	}
 	if got := n1.actors.n.Load(); got != 52 {
 		t.Fatalf("n1 served %d calls, want 52", got)
@@ -215,7 +195,7 @@ func TestCallsGoStraightToThePartitionOwner(t *testing.T) {
 
 // waitParked waits until one of the nodes holds a call waiting for an
 // owner.
-func waitParked(t *testing.T, nodes ...*partitionNode) {
+func waitParked(t *testing.T, nodes ...*ownerNode) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -231,42 +211,172 @@ func waitParked(t *testing.T, nodes ...*partitionNode) {
 	}
 }
 
-// A partition subject names only where the client expects the owner: a
-// node that takes one for a namespace it does not own forwards it.
-func TestAPartitionSubjectIsOnlyAHint(t *testing.T) {
+// An owner subject names only where the client expects the owner: a node
+// that takes a call there for a namespace it does not own forwards it, and
+// the reply names the owner.
+func TestAnOwnerSubjectIsOnlyAHint(t *testing.T) {
 	b := startAuthBus(t)
 	b.node.Close()
 	p := newPlacement("n1")
-	n1 := startPartitionNode(t, b, "n1", p)
-	// n2 listens on partition 9's subjects, though acme is not there.
-	n2 := startPartitionNode(t, b, "n2", p, 9)
-	waitListening(t, b, api.SubjectPartition(testPartition, api.SubjectEnqueue), true)
-	waitListening(t, b, api.SubjectPartition(9, api.SubjectEnqueue), true)
+	n1 := startOwnerNode(t, b, "n1", p)
+	n2 := startOwnerNode(t, b, "n2", p)
+	waitListening(t, b, n2.subject(), true)
 	nc, _ := b.connect(t, producerTok)
-	msg := &nats.Msg{Subject: api.SubjectPartition(9, api.SubjectEnqueue), Data: []byte(`{"jobs":[{"queue":"q","task":"t"}]}`), Header: nats.Header{}}
+	msg := &nats.Msg{Subject: n2.subject(), Data: []byte(`{"jobs":[{"queue":"q","task":"t"}]}`), Header: nats.Header{}}
 	msg.Header.Set(api.HeaderAuthorization, "Bearer "+producerTok)
 	reply, err := nc.RequestMsg(msg, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := reply.Header.Get(api.HeaderPartition); got != "5" {
-		t.Fatalf("reply names partition %q, want 5", got)
+	if got, want := reply.Header.Get(api.HeaderOwner), api.OwnerToken("n1"); got != want {
+		t.Fatalf("reply names owner %q, want %q (n1)", got, want)
 	}
 	if n1.actors.n.Load() != 1 || n2.actors.n.Load() != 0 || n2.svc.Forwarded() != 1 {
 		t.Fatalf("n1 served %d, n2 served %d and forwarded %d; want 1, 0, 1", n1.actors.n.Load(), n2.actors.n.Load(), n2.svc.Forwarded())
 	}
 }
 
-func TestPartitionSubjects(t *testing.T) {
-	for _, subject := range api.RequestSubjects {
-		s := api.SubjectPartition(63, subject)
-		p, back, ok := api.ParsePartitionSubject(s)
-		if !ok || p != 63 || back != subject {
-			t.Fatalf("%s: parsed %d %q %v", s, p, back, ok)
+// fakeNow is a clock the test moves.
+type fakeNow struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (f *fakeNow) now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.t
+}
+
+func (f *fakeNow) add(d time.Duration) {
+	f.mu.Lock()
+	f.t = f.t.Add(d)
+	f.mu.Unlock()
+}
+
+// A node that gave its namespaces up keeps taking the calls sent straight
+// to it, and passes them on, until they fall quiet; only then does it
+// stop listening (a call on its way when the servers forget the subject
+// would be dropped unanswered). After that a call there gets no
+// responders and the client sends it again on the plain subject.
+func TestStopDirectWaitsUntilDirectCallsFallQuiet(t *testing.T) {
+	b := startAuthBus(t)
+	b.node.Close()
+	p := newPlacement("n1")
+	n1 := startOwnerNode(t, b, "n1", p)
+	n2 := startOwnerNode(t, b, "n2", p)
+	clock := &fakeNow{t: time.Unix(1_000_000, 0)}
+	n1.svc.now = clock.now
+	waitListening(t, b, n1.subject(), true)
+
+	// A client that knows n1 as the owner, and one that sends to n1's
+	// subject whatever the replies say (a call already on its way).
+	c, err := client.Connect(b.srv.ClientURL(), producerTok, nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	enqueuer(t, c)(1)
+	raw, _ := b.connect(t, producerTok)
+	send := func(owner string) {
+		t.Helper()
+		msg := &nats.Msg{Subject: n1.subject(), Data: []byte(`{"jobs":[{"queue":"q","task":"t"}]}`), Header: nats.Header{}}
+		msg.Header.Set(api.HeaderAuthorization, "Bearer "+producerTok)
+		reply, err := raw.RequestMsg(msg, 5*time.Second)
+		if err != nil {
+			t.Fatalf("a call sent straight to n1: %v", err)
+		}
+		if got, want := reply.Header.Get(api.HeaderOwner), api.OwnerToken(owner); got != want {
+			t.Fatalf("reply names owner %q, want %q (%s)", got, want, owner)
 		}
 	}
-	for _, bad := range []string{"fq.v1.enqueue", "fq.v1.p.", "fq.v1.p.x.enqueue", "fq.v1.p.-1.enqueue", "fq.v1.p.1024.enqueue", "fq.v1.p.00001.enqueue", "fq.v1.p.3"} {
-		if _, _, ok := api.ParsePartitionSubject(bad); ok {
+	send("n1")
+
+	// n1 leaves: its namespace moves to n2, and it stops.
+	p.move("n2")
+	if err := n1.svc.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- n1.svc.StopDirect(context.Background()) }()
+	// A call every half quiet period, within directQuietMax.
+	calls := int(directQuietMax/(directQuiet/2)) - 2
+	for i := range calls {
+		send("n2")
+		clock.add(directQuiet / 2) // never quiet long enough
+		select {
+		case err := <-stopped:
+			t.Fatalf("n1 stopped listening after %d of %d calls sent straight to it (%v)", i+1, calls, err)
+		default:
+		}
+	}
+	if got := n1.svc.Forwarded(); got != int64(calls) {
+		t.Fatalf("n1 forwarded %d calls while stopping, want %d", got, calls)
+	}
+	clock.add(directQuiet)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	waitListening(t, b, n1.subject(), false)
+
+	// The client still names n1: no responders there, so the call goes
+	// out again on the plain subject, to n2.
+	before := n2.actors.n.Load()
+	enqueuer(t, c)(1)
+	if got := n2.actors.n.Load() - before; got != 1 {
+		t.Fatalf("n2 served %d calls after n1 stopped listening, want 1", got)
+	}
+}
+
+// directQuietMax bounds the wait: a node whose subject never falls quiet
+// still stops.
+func TestStopDirectWaitsAtMostDirectQuietMax(t *testing.T) {
+	b := startAuthBus(t)
+	b.node.Close()
+	p := newPlacement("n2")
+	n1 := startOwnerNode(t, b, "n1", p)
+	startOwnerNode(t, b, "n2", p)
+	clock := &fakeNow{t: time.Unix(1_000_000, 0)}
+	n1.svc.now = clock.now
+	stopped := make(chan error, 1)
+	go func() { stopped <- n1.svc.StopDirect(context.Background()) }()
+	// A call comes every half quiet period, for ever: n1 stops anyway,
+	// once directQuietMax has passed.
+	var waited time.Duration
+	for done := false; !done; {
+		n1.svc.lastDirect.Store(clock.now().UnixNano())
+		select {
+		case err := <-stopped:
+			if err != nil {
+				t.Fatal(err)
+			}
+			done = true
+		case <-time.After(20 * time.Millisecond): // longer than StopDirect's poll
+			clock.add(directQuiet / 2)
+			waited += directQuiet / 2
+		}
+	}
+	if waited < directQuietMax {
+		t.Fatalf("n1 stopped listening after %v of calls, before directQuietMax (%v)", waited, directQuietMax)
+	}
+	waitListening(t, b, n1.subject(), false)
+}
+
+func TestOwnerSubjects(t *testing.T) {
+	tok := api.OwnerToken("n1")
+	if !api.ValidOwnerToken(tok) {
+		t.Fatalf("OwnerToken(n1) = %q is not valid", tok)
+	}
+	for _, subject := range api.RequestSubjects {
+		s := api.SubjectOwner(tok, subject)
+		got, back, ok := api.ParseOwnerSubject(s)
+		if !ok || got != tok || back != subject {
+			t.Fatalf("%s: parsed %q %q %v", s, got, back, ok)
+		}
+	}
+	for _, bad := range []string{"fq.v1.enqueue", "fq.v1.o.", "fq.v1.o.x.enqueue", "fq.v1.o." + tok, "fq.v1.o." + tok + ".",
+		"fq.v1.o.0123456789ABCDEF.enqueue", "fq.v1.o.0123456789abcde.enqueue", "fq.v1.o.0123456789abcdef0.enqueue", "fq.v1.o.*.enqueue", "fq.v1.o.>"} {
+		if _, _, ok := api.ParseOwnerSubject(bad); ok {
 			t.Fatalf("%s parsed", bad)
 		}
 	}

@@ -2,9 +2,9 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -57,14 +57,20 @@ type Service struct {
 	fwd      *nats.Subscription
 	handles  map[string]func(in inbound)
 
-	// psubs are the partition subjects this node listens on: those of
-	// the partitions it holds (followPartitions keeps them in step).
-	pmu       sync.Mutex
-	psubs     map[int]*nats.Subscription
-	draining  []*nats.Subscription // partition subscriptions given up, draining
-	pstop     chan struct{}
-	pdone     chan struct{}
-	pstopOnce sync.Once
+	// direct is this node's owner subject (api.SubjectOwner): clients
+	// whose namespace it owns send their calls there. lastDirect is when a
+	// call last came in on it or on fwd (unix ns): StopDirect waits for
+	// both to fall quiet before it stops listening.
+	direct     *nats.Subscription
+	lastDirect atomic.Int64
+	// cancel ends the service's context (parked calls, authentication):
+	// at StopDirect, once nothing can reach this node any more.
+	cancel context.CancelFunc
+	// now is the service's clock (time.Now).
+	now func() time.Time
+
+	// stopped and directStopped make Stop and StopDirect act once.
+	stopped, directStopped sync.Once
 }
 
 // Router places namespaces on nodes (cluster.Cluster).
@@ -76,10 +82,6 @@ type Router interface {
 	Changed() <-chan struct{}
 	// Kick asks for a placement round now.
 	Kick()
-	// Partition is ns's partition.
-	Partition(ns string) int
-	// Partitions are the partitions this node holds now.
-	Partitions() []int
 }
 
 // inbound is a request as the service sees it: taken from a client through
@@ -102,12 +104,15 @@ type inbound struct {
 // queue group "flexiq".
 //
 // router may be nil (a single node). On a clustered node the service also
-// takes calls other nodes forward to it (SubjectForward of nodeID).
+// takes calls other nodes forward to it (SubjectForward of nodeID) and
+// calls clients send straight to it (its owner subject). The service's
+// context lives until StopDirect (or ctx ends).
 func NewService(ctx context.Context, nc *nats.Conn, nodeID string, sender Sender, authn Authenticator, router Router, log *slog.Logger) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{nc: nc, sender: sender, authn: authn, log: log, ctx: ctx, router: router, nodeID: nodeID, handles: map[string]func(inbound){}}
+	s := &Service{nc: nc, sender: sender, authn: authn, log: log, router: router, nodeID: nodeID, handles: map[string]func(inbound){}, now: time.Now}
+	s.ctx, s.cancel = context.WithCancel(ctx)
 	before := nc.NumSubscriptions()
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        api.ServiceName,
@@ -117,6 +122,7 @@ func NewService(ctx context.Context, nc *nats.Conn, nodeID string, sender Sender
 		Metadata:    map[string]string{"node": nodeID},
 	})
 	if err != nil {
+		s.cancel()
 		return nil, fmt.Errorf("add flexiq service: %w", err)
 	}
 	s.svc = svc
@@ -138,6 +144,7 @@ func NewService(ctx context.Context, nc *nats.Conn, nodeID string, sender Sender
 		if err := svc.AddEndpoint(e.name, micro.HandlerFunc(func(req micro.Request) {
 			h(inbound{subject: req.Subject(), data: req.Data(), header: nats.Header(req.Headers()), reply: req.Reply(), req: req})
 		}), micro.WithEndpointSubject(e.subject)); err != nil {
+			s.cancel()
 			_ = svc.Stop()
 			return nil, fmt.Errorf("add endpoint %s: %w", e.subject, err)
 		}
@@ -145,108 +152,33 @@ func NewService(ctx context.Context, nc *nats.Conn, nodeID string, sender Sender
 	s.ownSubs = nc.NumSubscriptions() - before
 	if router != nil {
 		s.fwd, err = nc.Subscribe(api.SubjectForward(nodeID), s.forwarded)
-		if err != nil {
-			_ = svc.Stop()
-			return nil, fmt.Errorf("subscribe to forwarded calls: %w", err)
+		if err == nil {
+			s.direct, err = nc.Subscribe(api.SubjectOwner(api.OwnerToken(nodeID), ">"), s.directed)
 		}
-		s.psubs = map[int]*nats.Subscription{}
-		s.pstop, s.pdone = make(chan struct{}), make(chan struct{})
-		go s.followPartitions()
+		if err != nil {
+			s.cancel()
+			_ = svc.Stop()
+			if s.fwd != nil {
+				_ = s.fwd.Unsubscribe()
+			}
+			return nil, fmt.Errorf("subscribe to forwarded and direct calls: %w", err)
+		}
 	}
 	return s, nil
 }
 
-// followPartitions keeps the partition subscriptions in step with the
-// partitions this node holds, after every placement round. A late
-// subscribe only costs a forward or a fallback to the plain subject; a
-// late unsubscribe only costs a forward: every call is routed on arrival.
-func (s *Service) followPartitions() {
-	defer close(s.pdone)
-	for {
-		changed := s.router.Changed()
-		s.syncPartitions(s.router.Partitions())
-		select {
-		case <-changed:
-		case <-s.pstop:
-			s.syncPartitions(nil)
-			return
-		case <-s.ctx.Done():
-			s.syncPartitions(nil)
-			return
-		}
-	}
-}
-
-// syncPartitions subscribes to the partition subjects of held and drops
-// the others.
-func (s *Service) syncPartitions(held []int) {
-	s.pmu.Lock()
-	defer s.pmu.Unlock()
-	s.draining = slices.DeleteFunc(s.draining, func(sub *nats.Subscription) bool { return !sub.IsValid() })
-	keep := make(map[int]bool, len(held))
-	for _, p := range held {
-		keep[p] = true
-		if _, ok := s.psubs[p]; ok {
-			continue
-		}
-		// The queue group keeps a call single while two nodes briefly
-		// both listen during a hand-over.
-		sub, err := s.nc.QueueSubscribe(api.SubjectPartitionPrefix+strconv.Itoa(p)+".>", api.QueueGroup, s.partitioned)
-		if err != nil {
-			s.log.Warn("cannot subscribe to a partition subject", "partition", p, "err", err)
-			continue
-		}
-		s.psubs[p] = sub
-	}
-	for p, sub := range s.psubs {
-		if !keep[p] {
-			// Drained, not dropped: calls already delivered to this
-			// connection are still taken (and forwarded if need be);
-			// an unsubscribe would leave their callers to time out.
-			_ = sub.Drain()
-			s.draining = append(s.draining, sub)
-			delete(s.psubs, p)
-		}
-	}
-}
-
-// partitioned takes a call a client sent straight to a partition's owner.
-// It is routed like any call: the partition in the subject is only where
-// the client expected the owner to be.
-func (s *Service) partitioned(m *nats.Msg) {
-	_, subject, ok := api.ParsePartitionSubject(m.Subject)
+// directed takes a call a client sent straight to this node, the owner its
+// last reply named. It is routed like any call: the owner in the subject
+// is only where the client expected it to be.
+func (s *Service) directed(m *nats.Msg) {
+	s.lastDirect.Store(s.now().UnixNano())
+	_, subject, ok := api.ParseOwnerSubject(m.Subject)
 	h, known := s.handles[subject]
 	if !ok || !known {
-		s.publishReply(m.Reply, -1, nil, api.Errorf(api.CodeNotFound, "", "no such subject: %s", m.Subject))
+		s.publishReply(m.Reply, false, nil, api.Errorf(api.CodeNotFound, "", "no such subject: %s", m.Subject))
 		return
 	}
 	h(inbound{subject: subject, data: m.Data, header: m.Header, reply: m.Reply})
-}
-
-// stopPartitions drops the partition subscriptions for good and waits
-// until the calls they had taken are handed on (or ctx ends).
-func (s *Service) stopPartitions(ctx context.Context) error {
-	if s.pstop == nil {
-		return nil
-	}
-	s.pstopOnce.Do(func() { close(s.pstop) })
-	<-s.pdone
-	s.pmu.Lock()
-	draining := s.draining
-	s.draining = nil
-	s.pmu.Unlock()
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
-	for _, sub := range draining {
-		for sub.IsValid() && !s.nc.IsClosed() {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-t.C:
-			}
-		}
-	}
-	return nil
 }
 
 // Forwarding headers: the subject the client called, and how many nodes
@@ -276,6 +208,7 @@ func (s *Service) forwardable(owner string) bool {
 
 // forwarded takes a call another node forwarded here.
 func (s *Service) forwarded(m *nats.Msg) {
+	s.lastDirect.Store(s.now().UnixNano())
 	subject := m.Header.Get(headerForwardSubject)
 	h, ok := s.handles[subject]
 	if !ok {
@@ -316,7 +249,7 @@ func (s *Service) route(in inbound, ns string, again func(inbound)) bool {
 	// again. The wait is off the handler's goroutine.
 	s.router.Kick()
 	if in.parkedUntil.IsZero() {
-		in.parkedUntil = time.Now().Add(parkFor)
+		in.parkedUntil = s.now().Add(parkFor)
 	}
 	s.inflight.Add(1)
 	go func() {
@@ -378,14 +311,11 @@ func (s *Service) handle(op actors.Op, act auth.Action, newBody func() validator
 			return
 		}
 		reply := in.reply
-		part := -1
-		if s.router != nil {
-			part = s.router.Partition(p.Namespace)
-		}
+		named := s.router != nil
 		s.inflight.Add(1)
 		if sp, ok := v.(splitter); ok {
 			if parts := sp.parts(); parts != nil {
-				s.sendParts(p.Namespace, op, reply, part, sp, parts)
+				s.sendParts(p.Namespace, op, reply, named, sp, parts)
 				return
 			}
 		}
@@ -395,7 +325,7 @@ func (s *Service) handle(op actors.Op, act auth.Action, newBody func() validator
 			Paced: true,
 			Reply: func(body any, e *api.Error) {
 				defer s.inflight.Add(-1)
-				s.publishReply(reply, part, body, e)
+				s.publishReply(reply, named, body, e)
 			},
 		})
 	}
@@ -410,7 +340,7 @@ type splitter interface {
 	gather(errs []*api.Error) any
 }
 
-func (s *Service) sendParts(ns string, op actors.Op, reply string, partition int, sp splitter, parts []any) {
+func (s *Service) sendParts(ns string, op actors.Op, reply string, named bool, sp splitter, parts []any) {
 	errs := make([]*api.Error, len(parts))
 	var left atomic.Int64
 	left.Store(int64(len(parts)))
@@ -425,7 +355,7 @@ func (s *Service) sendParts(ns string, op actors.Op, reply string, partition int
 				errs[i] = e
 				if left.Add(-1) == 0 {
 					defer s.inflight.Add(-1)
-					s.publishReply(reply, partition, sp.gather(errs), nil)
+					s.publishReply(reply, named, sp.gather(errs), nil)
 				}
 			},
 		})
@@ -436,7 +366,7 @@ func (s *Service) sendParts(ns string, op actors.Op, reply string, partition int
 // count the error; by publishing for a forwarded one.
 func (s *Service) fail(in inbound, e *api.Error) {
 	if in.req == nil {
-		s.publishReply(in.reply, -1, nil, e)
+		s.publishReply(in.reply, false, nil, e)
 		return
 	}
 	body, _ := api.Marshal(api.ErrorBody{Error: e})
@@ -456,15 +386,16 @@ func errorHeader(e *api.Error) string {
 
 // publishReply answers asynchronously. It publishes on the connection
 // itself rather than through micro.Request, whose bookkeeping is not safe
-// to touch once the handler has returned. part (when not -1) is the
-// caller's partition, named so its next calls can come straight here.
-func (s *Service) publishReply(reply string, part int, body any, e *api.Error) {
+// to touch once the handler has returned. named says this node answers as
+// the caller's namespace's owner: it names itself (api.HeaderOwner) so the
+// caller's next calls can come straight here.
+func (s *Service) publishReply(reply string, named bool, body any, e *api.Error) {
 	if reply == "" {
 		return
 	}
 	msg := &nats.Msg{Subject: reply}
-	if part >= 0 {
-		msg.Header = nats.Header{api.HeaderPartition: []string{strconv.Itoa(part)}}
+	if named {
+		msg.Header = nats.Header{api.HeaderOwner: []string{api.OwnerToken(s.nodeID)}}
 	}
 	if e != nil {
 		if msg.Header == nil {
@@ -486,14 +417,19 @@ func (s *Service) publishReply(reply string, part int, body any, e *api.Error) {
 	}
 }
 
-// Stop stops taking requests: every endpoint's subscription is drained, so
-// requests already delivered to this node still reach their actors. It
-// returns when the drain is done (or ctx ends). The actors then answer
-// what they hold; the connection must stay open until they have.
+// Stop stops taking requests on the plain subjects: every endpoint's
+// subscription is drained, so requests already delivered to this node
+// still reach their actors. It returns when the drain is done (or ctx
+// ends). Calls sent straight to this node or forwarded to it are still
+// taken until StopDirect; the actors then answer what they hold; the
+// connection must stay open until they have.
 func (s *Service) Stop(ctx context.Context) error {
-	if err := s.stopPartitions(ctx); err != nil {
-		return err
-	}
+	var err error
+	s.stopped.Do(func() { err = s.stop(ctx) })
+	return err
+}
+
+func (s *Service) stop(ctx context.Context) error {
 	target := s.nc.NumSubscriptions() - s.ownSubs
 	if err := s.svc.Stop(); err != nil {
 		return fmt.Errorf("stop flexiq service: %w", err)
@@ -510,12 +446,64 @@ func (s *Service) Stop(ctx context.Context) error {
 	return nil
 }
 
-// StopForwarding stops taking calls forwarded by other nodes. A node that
-// left the cluster calls it once the others have seen it go.
-func (s *Service) StopForwarding() {
-	if s.fwd != nil {
-		_ = s.fwd.Unsubscribe()
+// How StopDirect waits for the calls on their way to this node: until
+// none has come for directQuiet, at most directQuietMax.
+const (
+	directQuiet    = 200 * time.Millisecond
+	directQuietMax = time.Second
+)
+
+// StopDirect stops taking the calls sent straight to this node and those
+// other nodes forward to it. A node that left the cluster calls it once
+// the others have seen it go; until then it passes such calls on to the
+// namespaces' new owners, whose replies name themselves, so its callers
+// move on and its subjects fall quiet. It waits for that quiet (at most
+// directQuietMax, or until ctx ends) before it stops listening: a call on
+// its way through a NATS route when this node's server forgets the
+// subject would be dropped unanswered, and its caller would wait out its
+// timeout. Then it drains both subscriptions and ends the service's
+// context.
+func (s *Service) StopDirect(ctx context.Context) error {
+	var err error
+	s.directStopped.Do(func() { err = s.stopDirect(ctx) })
+	return err
+}
+
+func (s *Service) stopDirect(ctx context.Context) error {
+	defer s.cancel()
+	if s.direct == nil {
+		return nil
 	}
+	start := s.now()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		now := s.now()
+		if now.Sub(time.Unix(0, s.lastDirect.Load())) >= directQuiet || now.Sub(start) >= directQuietMax {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	subs := []*nats.Subscription{s.direct, s.fwd}
+	for _, sub := range subs {
+		if err := sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			return fmt.Errorf("stop direct calls: %w", err)
+		}
+	}
+	for _, sub := range subs {
+		for sub.IsValid() && !s.nc.IsClosed() {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+	}
+	return nil
 }
 
 // Forwarded reports how many calls this node has passed on to the node

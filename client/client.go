@@ -33,18 +33,18 @@ type Client struct {
 	// 10 s).
 	Timeout time.Duration
 
+	// owner is the token of the node that last answered as the owner of
+	// the token's namespace (api.HeaderOwner), nil before any: calls then
+	// go to that node's owner subject, straight to it, instead of to any
+	// node that would forward them (docs/protocol.md).
+	owner atomic.Pointer[string]
+
+	mu sync.Mutex
 	// lost ends when the connection drops. A request in flight then can
 	// get no reply: the server it went through is gone, or forgot where
 	// to send the reply while the client was away. It fails at once with
 	// ErrConnectionLost instead of waiting out its timeout. Requests made
 	// after the drop get a new lost and go out on reconnection.
-	// part is the partition of the token's namespace as its owner last
-	// named it (api.HeaderPartition), -1 before any: calls then go to
-	// that partition's subject, straight to the owner node, instead of
-	// to any node that would forward them (docs/protocol.md).
-	part atomic.Int64
-
-	mu      sync.Mutex
 	lost    context.Context
 	drop    context.CancelCauseFunc
 	status  chan nats.Status
@@ -60,7 +60,6 @@ var ErrConnectionLost = errors.New("connection to NATS lost before the reply")
 // status until nc closes (Close closes it).
 func New(nc *nats.Conn, token string) *Client {
 	c := &Client{nc: nc, token: token, Timeout: 10 * time.Second, watched: make(chan struct{})}
-	c.part.Store(-1)
 	c.lost, c.drop = context.WithCancelCause(context.Background())
 	c.status = nc.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
 	go c.watch()
@@ -166,38 +165,38 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) error 
 	return nil
 }
 
-// request sends one call: to the owner's partition subject when a reply
-// has named it, else (or when nobody listens there any more: the
-// partition moved) to the plain subject any node takes.
+// request sends one call: to the owner's subject when a reply has named
+// it, else (or when nobody listens there any more: the node is gone) to
+// the plain subject any node takes.
 func (c *Client) request(ctx context.Context, subject string, data []byte) (*nats.Msg, error) {
 	auth := []string{"Bearer " + c.token}
-	if p := c.part.Load(); p >= 0 {
-		msg := &nats.Msg{Subject: api.SubjectPartition(int(p), subject), Data: data, Header: nats.Header{api.HeaderAuthorization: auth}}
+	if o := c.owner.Load(); o != nil {
+		msg := &nats.Msg{Subject: api.SubjectOwner(*o, subject), Data: data, Header: nats.Header{api.HeaderAuthorization: auth}}
 		reply, err := c.nc.RequestMsgWithContext(ctx, msg)
 		if !errors.Is(err, nats.ErrNoResponders) {
-			c.notePartition(reply)
+			c.noteOwner(reply)
 			return reply, err
 		}
 		// Nobody took it, so nobody acted on it: send it again below.
-		c.part.CompareAndSwap(p, -1)
+		c.owner.CompareAndSwap(o, nil)
 	}
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{api.HeaderAuthorization: auth}}
 	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
-	c.notePartition(reply)
+	c.noteOwner(reply)
 	return reply, err
 }
 
-// notePartition keeps the partition a reply names.
-func (c *Client) notePartition(reply *nats.Msg) {
+// noteOwner keeps the owner a reply names.
+func (c *Client) noteOwner(reply *nats.Msg) {
 	if reply == nil || reply.Header == nil {
 		return
 	}
-	v := reply.Header.Get(api.HeaderPartition)
-	if v == "" {
+	v := reply.Header.Get(api.HeaderOwner)
+	if !api.ValidOwnerToken(v) {
 		return
 	}
-	if p, err := strconv.Atoi(v); err == nil && p >= 0 && p <= api.MaxPartition {
-		c.part.Store(int64(p))
+	if o := c.owner.Load(); o == nil || *o != v {
+		c.owner.Store(&v)
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -549,6 +548,65 @@ func TestClusterGracefulLeave(t *testing.T) {
 	})
 }
 
+// SIGTERM of a namespace's owner, while 300 producers call it through
+// another node's server, fails none of their calls (SPEC §10 "Graceful
+// leave"). The producers know the owner and send their calls straight to
+// it, so many are on their way through a NATS route when it stops: it
+// keeps taking and passing them on until they fall quiet. Twice: the
+// owner, and the owner again once the restarted node took it back (or the
+// node that kept it).
+func TestClusterOwnersGracefulLeaveUnderLoad(t *testing.T) {
+	eachSharedBackend(t, func(t *testing.T) {
+		c := startCluster(t, 3)
+		prod := c.token("acme", "producer")
+		for round := 0; round < 2; round++ {
+			owner, rest := c.ownerOf("acme", c.members)
+			p := c.clients(prod, rest[0])[0]
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			var ok, failed atomic.Int64
+			for i := 0; i < 300; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if _, err := p.Enqueue(context.Background(), job("q", "t")); err != nil {
+							if failed.Add(1) <= 3 {
+								t.Errorf("enqueue while %s stops: %v", owner.id, err)
+							}
+						} else {
+							ok.Add(1)
+						}
+					}
+				}()
+			}
+			for ok.Load() < 1000 {
+				waitFor(10 * time.Millisecond)
+			}
+			began := time.Now()
+			owner.signal(syscall.SIGTERM)
+			t.Logf("round %d: %s stopped in %v", round, owner.id, time.Since(began).Round(time.Millisecond))
+			c.settled(rest...)
+			before := ok.Load()
+			for ok.Load() < before+1000 && failed.Load() == 0 {
+				waitFor(10 * time.Millisecond)
+			}
+			close(stop)
+			wg.Wait()
+			if failed.Load() != 0 {
+				t.Fatalf("round %d: %d calls failed while %s stopped (%d succeeded)", round, failed.Load(), owner.id, ok.Load())
+			}
+			owner.start()
+			c.settled(c.members...)
+		}
+	})
+}
+
 // One maintenance leader, named by GET /v1/cluster on every node, and a
 // new one within 5 s of its death.
 func TestClusterLeaderIsUniqueAndReelected(t *testing.T) {
@@ -828,8 +886,8 @@ func (c *testCluster) metricIf(m *member, name string) (float64, bool) {
 }
 
 // A client's calls go straight to its namespace's owner once the owner has
-// named its partition: a client connected through another node's server
-// makes that node forward nothing. Claims and acks too.
+// named itself: a client connected through another node's server makes
+// that node forward nothing. Claims and acks too.
 func TestClusterCallsGoStraightToTheOwner(t *testing.T) {
 	eachSharedBackend(t, func(t *testing.T) {
 		c := startCluster(t, 3)
@@ -837,8 +895,7 @@ func TestClusterCallsGoStraightToTheOwner(t *testing.T) {
 		_, rest := c.ownerOf("acme", c.members)
 		via := rest[0]
 
-		// Wait until the owner listens on the partition's subjects, as
-		// seen through via's server.
+		// Wait until the owner's subject is known to via's server.
 		nc, err := nats.Connect(via.natsURL(), client.ConnectOptions(prod)...)
 		if err != nil {
 			t.Fatal(err)
@@ -853,12 +910,12 @@ func TestClusterCallsGoStraightToTheOwner(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		part, err := strconv.Atoi(first.Header.Get(api.HeaderPartition))
-		if err != nil {
-			t.Fatalf("the reply names no partition: %v", first.Header)
+		owner := first.Header.Get(api.HeaderOwner)
+		if !api.ValidOwnerToken(owner) {
+			t.Fatalf("the reply names no owner: %v", first.Header)
 		}
 		for {
-			_, err := req(api.SubjectPartition(part, api.SubjectEnqueue))
+			_, err := req(api.SubjectOwner(owner, api.SubjectEnqueue))
 			if err == nil {
 				break
 			}
@@ -869,7 +926,7 @@ func TestClusterCallsGoStraightToTheOwner(t *testing.T) {
 		}
 
 		p, w := c.clients(prod, via)[0], c.clients(work, via)[0]
-		if _, err := p.Enqueue(ctx(t), job("q", "t")); err != nil { // learns the partition
+		if _, err := p.Enqueue(ctx(t), job("q", "t")); err != nil { // learns the owner
 			t.Fatal(err)
 		}
 		before := c.metric(via, "flexiq_calls_forwarded_total")
@@ -886,8 +943,8 @@ func TestClusterCallsGoStraightToTheOwner(t *testing.T) {
 		}
 		if got := c.metric(via, "flexiq_calls_forwarded_total") - before; got > 1 {
 			// The worker's first claim may go through via: it has not
-			// learnt the partition yet.
-			t.Fatalf("%s forwarded %v calls of clients that knew their partition, want at most the worker's first", via.id, got)
+			// learnt the owner yet.
+			t.Fatalf("%s forwarded %v calls of clients that knew their owner, want at most the worker's first", via.id, got)
 		}
 	})
 }

@@ -254,7 +254,9 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err != nil {
 		return n, err
 	}
-	n.service, err = bus.NewService(runCtx, n.nc, cfg.NodeID, n.Actors, authn, router, n.log)
+	// The service outlives runCtx: a leaving node still passes calls on
+	// to the new owners until StopDirect.
+	n.service, err = bus.NewService(context.WithoutCancel(runCtx), n.nc, cfg.NodeID, n.Actors, authn, router, n.log)
 	if err != nil {
 		return n, err
 	}
@@ -355,9 +357,11 @@ func (n *Node) ClusterSecret() string { return n.secret }
 func (n *Node) TokenFile() string { return n.tokenFile }
 
 // Stop stops the node in order: the admin door finishes its requests; the
-// service stops taking requests and drains those delivered; the actors
-// answer everything they hold; the connection flushes the answers; then
-// NATS and the store close. ctx bounds it.
+// service stops taking requests on the plain subjects and drains those
+// delivered; a clustered node leaves (its namespaces move) while it still
+// passes on the calls sent straight or forwarded to it, until they fall
+// quiet; the actors answer everything they hold; the connection flushes
+// the answers; then NATS and the store close. ctx bounds it.
 func (n *Node) Stop(ctx context.Context) error {
 	n.stopOnce.Do(func() {
 		var errs []error
@@ -392,7 +396,11 @@ func (n *Node) Stop(ctx context.Context) error {
 			}
 		}
 		if n.service != nil {
-			n.service.StopForwarding()
+			// Calls still on their way here (owner subject, forwards)
+			// are passed on to the new owners until they fall quiet.
+			if err := n.service.StopDirect(ctx); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		if n.internal != nil {
 			_ = n.internal.Unsubscribe()

@@ -36,20 +36,21 @@ export const Limits = Object.freeze({
 });
 
 const HEADER_AUTHORIZATION = "Authorization";
-// A clustered node names the partition of the caller's namespace in its
-// replies; the next calls go to fq.v1.p.<partition>.<op>, which only that
-// partition's owner takes (docs/protocol.md "Going straight to the owner").
-const HEADER_PARTITION = "Fq-Partition";
-const MAX_PARTITION = 1023;
+// A clustered node that answers as the owner of the caller's namespace
+// names itself in its replies (16 hex digits); the next calls go to
+// fq.v1.o.<owner>.<op>, which only that node takes (docs/protocol.md
+// "Going straight to the owner").
+const HEADER_OWNER = "Fq-Owner";
+const OWNER_TOKEN = /^[0-9a-f]{16}$/;
 
 /**
- * The partition form of a request subject: fq.v1.p.<p>.<op>.
- * @param {number} p
+ * The owner form of a request subject: fq.v1.o.<owner>.<op>.
+ * @param {string} owner
  * @param {string} subject
  * @returns {string}
  */
-export function partitionSubject(p, subject) {
-  return "fq.v1.p." + p + "." + subject.slice("fq.v1.".length);
+export function ownerSubject(owner, subject) {
+  return "fq.v1.o." + owner + "." + subject.slice("fq.v1.".length);
 }
 const HEADER_ERROR_CODE = "Nats-Service-Error-Code";
 const HEADER_ERROR = "Nats-Service-Error";
@@ -271,41 +272,38 @@ export class Client {
     }
   }
 
-  /** The partition the owner last named (-1: none yet). */
-  #partition = -1;
+  /** The owner the last reply named ("": none yet). */
+  #owner = "";
 
   /**
-   * Sends to the owner's partition subject when a reply has named it, else
-   * (or when nobody listens there any more: the partition moved) to the
-   * plain subject any node takes.
+   * Sends to the owner's subject when a reply has named it, else (or when
+   * nobody listens there any more: the node is gone) to the plain subject
+   * any node takes.
    * @param {string} subject
    * @param {Uint8Array} data
    * @param {{timeout: number, headers: any}} opts
    */
   async #send(subject, data, opts) {
-    const p = this.#partition;
-    if (p >= 0) {
+    const owner = this.#owner;
+    if (owner) {
       try {
-        return this.#note(await this.#nc.request(partitionSubject(p, subject), data, opts));
+        return this.#note(await this.#nc.request(ownerSubject(owner, subject), data, opts));
       } catch (err) {
         // Nobody took it, so nobody acted on it: send it again below.
         if (!(err instanceof natsErrors.RequestError && err.isNoResponders())) throw err;
-        if (this.#partition === p) this.#partition = -1;
+        if (this.#owner === owner) this.#owner = "";
       }
     }
     return this.#note(await this.#nc.request(subject, data, opts));
   }
 
   /**
-   * Keeps the partition a reply names.
+   * Keeps the owner a reply names.
    * @param {import("@nats-io/transport-node").Msg} msg
    */
   #note(msg) {
-    const v = header(msg, HEADER_PARTITION);
-    if (v && /^[0-9]{1,4}$/.test(v)) {
-      const p = Number(v);
-      if (p <= MAX_PARTITION) this.#partition = p;
-    }
+    const v = header(msg, HEADER_OWNER);
+    if (OWNER_TOKEN.test(v)) this.#owner = v;
     return msg;
   }
 

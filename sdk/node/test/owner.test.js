@@ -1,7 +1,7 @@
-// The client follows the partition a clustered node names in its replies
+// The client follows the owner a clustered node names in its replies
 // (docs/protocol.md "Going straight to the owner"): its next calls go to
-// fq.v1.p.<partition>.<op>, and back to the plain subject when nobody
-// listens there. A scripted connection stands in for NATS, so the test
+// fq.v1.o.<owner>.<op>, and back to the plain subject when nobody listens
+// there. A scripted connection stands in for NATS, so the test
 // sees exactly which subject each call went to; the Go end-to-end tests
 // cover the same against real clustered nodes.
 
@@ -44,51 +44,63 @@ function scripted(script) {
 
 const enqueued = { results: [{ id: "j1", outcome: "enqueued" }] };
 
-describe("partition hint", () => {
-  it("sends to the named partition, then falls back when nobody listens there", async () => {
+const OWNER = "0123456789abcdef";
+const OTHER = "fedcba9876543210";
+
+describe("owner hint", () => {
+  it("sends to the named owner, follows a new one, then falls back when nobody listens there", async () => {
     let listening = true;
+    let owner = OWNER;
     const nc = scripted((subject) => {
-      if (subject === "fq.v1.p.7.enqueue" && !listening) {
+      if (subject === `fq.v1.o.${OWNER}.enqueue` && !listening) {
         throw new natsErrors.RequestError("no responders", { cause: new natsErrors.NoRespondersError(subject) });
       }
-      return reply(enqueued, { "Fq-Partition": "7" });
+      return reply(enqueued, { "Fq-Owner": owner });
     });
     const c = new Client(nc, "tok");
     try {
       await c.enqueue({ queue: "q", task: "t" });
       await c.enqueue({ queue: "q", task: "t" });
       await c.ack("j1");
-      assert.deepEqual(nc.subjects, ["fq.v1.enqueue", "fq.v1.p.7.enqueue", "fq.v1.p.7.ack"]);
+      assert.deepEqual(nc.subjects, ["fq.v1.enqueue", `fq.v1.o.${OWNER}.enqueue`, `fq.v1.o.${OWNER}.ack`]);
 
-      listening = false; // the partition moved and its new owner is not there yet
+      owner = OTHER; // the namespace moved: the old owner passed the call on
       nc.subjects.length = 0;
       await c.enqueue({ queue: "q", task: "t" });
-      assert.deepEqual(nc.subjects, ["fq.v1.p.7.enqueue", "fq.v1.enqueue"]);
+      await c.enqueue({ queue: "q", task: "t" });
+      assert.deepEqual(nc.subjects, [`fq.v1.o.${OWNER}.enqueue`, `fq.v1.o.${OTHER}.enqueue`]);
+
+      owner = OWNER;
+      await c.enqueue({ queue: "q", task: "t" });
+      listening = false; // that node is gone
+      nc.subjects.length = 0;
+      await c.enqueue({ queue: "q", task: "t" });
+      assert.deepEqual(nc.subjects, [`fq.v1.o.${OWNER}.enqueue`, "fq.v1.enqueue"]);
     } finally {
       nc.close();
     }
   });
 
-  it("ignores a partition it cannot use and keeps plain subjects without one", async () => {
-    const names = ["", "x", "-1", "1024", "99999"];
-    const nc = scripted(() => reply(enqueued, { "Fq-Partition": names.shift() ?? "" }));
+  it("ignores an owner it cannot use and keeps plain subjects without one", async () => {
+    const names = ["", "x", "7", "0123456789ABCDEF", "0123456789abcde", "0123456789abcdef0", "0123456789abcde*"];
+    const nc = scripted(() => reply(enqueued, { "Fq-Owner": names.shift() ?? "" }));
     const c = new Client(nc, "tok");
     try {
-      for (let i = 0; i < 6; i++) await c.enqueue({ queue: "q", task: "t" });
+      for (let i = 0; i < 8; i++) await c.enqueue({ queue: "q", task: "t" });
       assert.ok(nc.subjects.every((s) => s === "fq.v1.enqueue"), nc.subjects.join(" "));
     } finally {
       nc.close();
     }
   });
 
-  it("does not send again after a refusal or a timeout on the partition subject", async () => {
+  it("does not send again after a refusal or a timeout on the owner subject", async () => {
     let first = true;
     const nc = scripted((subject) => {
       if (first) {
         first = false;
-        return reply(enqueued, { "Fq-Partition": "3" });
+        return reply(enqueued, { "Fq-Owner": OWNER });
       }
-      assert.equal(subject, "fq.v1.p.3.enqueue");
+      assert.equal(subject, `fq.v1.o.${OWNER}.enqueue`);
       throw new natsErrors.TimeoutError();
     });
     const c = new Client(nc, "tok");
@@ -96,7 +108,7 @@ describe("partition hint", () => {
       await c.enqueue({ queue: "q", task: "t" });
       await assert.rejects(c.enqueue({ queue: "q", task: "t" }), /no node answered/);
       // A timeout may have been acted on: the call is not sent twice.
-      assert.deepEqual(nc.subjects, ["fq.v1.enqueue", "fq.v1.p.3.enqueue"]);
+      assert.deepEqual(nc.subjects, ["fq.v1.enqueue", `fq.v1.o.${OWNER}.enqueue`]);
     } finally {
       nc.close();
     }
