@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/flexiq/flexiq/api"
 )
@@ -61,6 +62,10 @@ type Message struct {
 	// refusals are paced (pace.go). The node's own calls (periodic fires,
 	// the sweeps, the admin door) are answered at once.
 	Paced bool
+	// AnswerBy, when set, is the latest a paced refusal may be held to:
+	// the caller's deadline (a gRPC call's, less the time to answer), so
+	// it gets its refusal rather than a deadline error.
+	AnswerBy time.Time
 
 	replied atomic.Bool
 	box     *outbox // the actor's, set when it is sent there

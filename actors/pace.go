@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"slices"
 	"time"
 
 	"github.com/flexiq/flexiq/api"
@@ -80,10 +81,22 @@ func (c *Core) PaceRefusal(m *Message, err *api.Error, now time.Time) bool {
 		return true
 	}
 	at = minTime(at, now.Add(p.cfg.MaxHold))
+	if !m.AnswerBy.IsZero() {
+		if !m.AnswerBy.After(now) {
+			return true
+		}
+		at = minTime(at, m.AnswerBy)
+	}
 	// The call's jobs are not needed to answer it: a held refusal keeps
 	// only its answer, not a batch of up to the bus's 16 MiB.
 	m.Body = nil
-	p.held = append(p.held, HeldRefusal{Msg: m, Err: err, at: at})
+	// held stays in the order of the turns (a caller's deadline may come
+	// before the turns of refusals held earlier).
+	i := len(p.held)
+	for i > 0 && p.held[i-1].at.After(at) {
+		i--
+	}
+	p.held = slices.Insert(p.held, i, HeldRefusal{Msg: m, Err: err, at: at})
 	return false
 }
 

@@ -93,6 +93,39 @@ func TestPaceRefusalHoldsPastTheBurst(t *testing.T) {
 	}
 }
 
+// A call with a deadline (Message.AnswerBy: a gRPC call's) is held at
+// most until then, ahead of refusals held before it with later turns,
+// and answered at once when its deadline has passed.
+func TestPaceRefusalAnswersByTheCallersDeadline(t *testing.T) {
+	c := newTestCore(t, `{}`)
+	pace := DefaultPace()
+	c.SetPace(pace)
+	for i := 0; i < pace.Burst; i++ {
+		c.PaceRefusal(&Message{Op: OpEnqueue, Paced: true}, queueFull, t0)
+	}
+	// Ten held at their turns, the pace's interval apart.
+	for range 10 {
+		if c.PaceRefusal(&Message{Op: OpEnqueue, Paced: true}, queueFull, t0) {
+			t.Fatal("a refusal past the burst answered at once")
+		}
+	}
+	by := t0.Add(3 * pace.Interval / 2)
+	hurried := &Message{Op: OpEnqueue, Paced: true, AnswerBy: by}
+	if c.PaceRefusal(hurried, queueFull, t0) {
+		t.Fatal("a refusal past the burst with time to spare answered at once")
+	}
+	due := c.DueRefusals(by)
+	if len(due) != 2 || due[1].Msg != hurried {
+		t.Fatalf("at the caller's deadline %d answered (want 2: the first turn, then the call with the deadline)", len(due))
+	}
+	if got := c.NextDeadline(); !got.Equal(t0.Add(2 * pace.Interval)) {
+		t.Errorf("NextDeadline %v after it, want the next turn %v", got.Sub(t0), 2*pace.Interval)
+	}
+	if !c.PaceRefusal(&Message{Op: OpEnqueue, Paced: true, AnswerBy: t0}, queueFull, t0) {
+		t.Error("a refusal whose caller's deadline has come was held")
+	}
+}
+
 // In the actor: a client's refused enqueues past the burst are answered
 // by later steps at their turn, the node's own at once, and a stopping
 // actor answers what it holds.

@@ -25,8 +25,10 @@ type internalOp struct {
 	Op        actors.Op       `json:"op"`
 	Body      json.RawMessage `json:"body"`
 	AutoRetry bool            `json:"auto_retry,omitempty"`
-	// Paced: a client's call (actors.Message.Paced).
-	Paced bool `json:"paced,omitempty"`
+	// Paced: a client's call (actors.Message.Paced); AnswerWithinMS its
+	// Message.AnswerBy, as the time left when sent (nodes' clocks differ).
+	Paced          bool  `json:"paced,omitempty"`
+	AnswerWithinMS int64 `json:"answer_within_ms,omitempty"`
 	// Invalidate, instead of a call, tells the owner to drop its copy of
 	// the namespace's quota (Revision > 0) or configuration.
 	Invalidate bool  `json:"invalidate,omitempty"`
@@ -67,7 +69,12 @@ func (r *RoutedSender) Send(ns string, m *actors.Message) {
 		m.Reply(nil, api.Errorf(api.CodeInternal, "", "encode %s: %v", m.Op, err))
 		return
 	}
-	data, _ := json.Marshal(internalOp{Namespace: ns, Op: m.Op, Body: body, AutoRetry: m.AutoRetry, Paced: m.Paced})
+	op := internalOp{Namespace: ns, Op: m.Op, Body: body, AutoRetry: m.AutoRetry, Paced: m.Paced}
+	if !m.AnswerBy.IsZero() {
+		// At least 1 ms: zero would mean no deadline.
+		op.AnswerWithinMS = max(time.Until(m.AnswerBy).Milliseconds(), 1)
+	}
+	data, _ := json.Marshal(op)
 	timeout := r.Timeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
@@ -189,7 +196,11 @@ func ServeInternalOps(nc *nats.Conn, node string, local Sender, inv Invalidator,
 			answer(nil, api.BadRequest("%v", err))
 			return
 		}
-		local.Send(op.Namespace, &actors.Message{Op: op.Op, Body: body, AutoRetry: op.AutoRetry, Paced: op.Paced, Reply: answer})
+		m := &actors.Message{Op: op.Op, Body: body, AutoRetry: op.AutoRetry, Paced: op.Paced, Reply: answer}
+		if op.AnswerWithinMS > 0 {
+			m.AnswerBy = time.Now().Add(time.Duration(op.AnswerWithinMS) * time.Millisecond)
+		}
+		local.Send(op.Namespace, m)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to internal calls: %w", err)

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -165,11 +166,23 @@ func (s *Server) principal(ctx context.Context, a auth.Action) (auth.Principal, 
 	return p, nil
 }
 
+// answerMargin is how long before a call's deadline a held refusal is
+// answered: the time for the answer to reach the caller.
+const answerMargin = 50 * time.Millisecond
+
 // ask hands a request to ns's actor, as the NATS service does, and waits
 // for the answer or the end of the call.
 func (s *Server) ask(ctx context.Context, ns string, op actors.Op, body any) (any, error) {
-	// A client's call, as on the bus: its quota refusals are paced.
-	send := func(ns string, m *actors.Message) { m.Paced = true; s.d.Actors.Send(ns, m) }
+	// A client's call, as on the bus: its quota refusals are paced, and
+	// held no longer than its deadline allows, so the caller gets the
+	// refusal rather than DEADLINE_EXCEEDED.
+	send := func(ns string, m *actors.Message) {
+		m.Paced = true
+		if dl, ok := ctx.Deadline(); ok {
+			m.AnswerBy = dl.Add(-answerMargin)
+		}
+		s.d.Actors.Send(ns, m)
+	}
 	out, err := actors.Ask(ctx, send, ns, op, body)
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil, status.FromContextError(ctx.Err()).Err()

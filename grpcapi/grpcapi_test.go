@@ -366,6 +366,35 @@ func TestCallsReachTheActor(t *testing.T) {
 	}
 }
 
+// A call is a client's: its quota refusal may be paced (Message.Paced),
+// and held no longer than its deadline less the time to answer it.
+func TestCallsArePacedWithinTheirDeadline(t *testing.T) {
+	r := newRig(t)
+	msgs := make(chan *actors.Message, 2)
+	r.actors.set(func(_ string, m *actors.Message) {
+		msgs <- m
+		m.Reply(api.EnqueueReply{Results: []api.EnqueueResult{{ID: "j1", Outcome: api.OutcomeEnqueued}}}, nil)
+	})
+	ctx, cancel := context.WithTimeout(as("producer"), 5*time.Second)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	if _, err := pb.NewProducerClient(r.conn).Enqueue(ctx, &pb.EnqueueRequest{Job: &pb.Job{Queue: "q", Task: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	m := <-msgs
+	// The server's deadline is the time left when sent, counted from
+	// when it arrived: a little later than the client's.
+	if want := deadline.Add(-answerMargin); !m.Paced || m.AnswerBy.After(want.Add(answerMargin/2)) || m.AnswerBy.Before(want.Add(-time.Second)) {
+		t.Fatalf("paced %v, answer by %v before the deadline; want true, %v", m.Paced, deadline.Sub(m.AnswerBy), answerMargin)
+	}
+	if _, err := pb.NewProducerClient(r.conn).Enqueue(as("producer"), &pb.EnqueueRequest{Job: &pb.Job{Queue: "q", Task: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	if m := <-msgs; !m.Paced || !m.AnswerBy.IsZero() {
+		t.Fatalf("without a deadline: paced %v, answer by %v; want true, none", m.Paced, m.AnswerBy)
+	}
+}
+
 // A refusal from the actor is the caller's status, and an AckMany sends
 // each entry on its own and answers each in order.
 func TestActorRefusalsAndBatchedAcks(t *testing.T) {
