@@ -66,6 +66,9 @@ type Message struct {
 	// the caller's deadline (a gRPC call's, less the time to answer), so
 	// it gets its refusal rather than a deadline error.
 	AnswerBy time.Time
+	// Hops is how many nodes handed the call on to another (bus): it
+	// bounds a hand-off loop while nodes disagree on the owner.
+	Hops int
 
 	replied atomic.Bool
 	box     *outbox // the actor's, set when it is sent there

@@ -54,6 +54,7 @@ type System struct {
 	mu      sync.Mutex
 	actors  map[string]*running
 	stopped bool
+	handOff func(ns string, m *Message) bool
 	wg      sync.WaitGroup
 }
 
@@ -86,12 +87,15 @@ func NewSystem(ctx context.Context, d Deps) *System {
 var ErrStopping = api.Errorf(api.CodeUnavailable, "", "node is stopping")
 
 // Send delivers m to ns's actor, spawning it if needed. After Stop began,
-// m is answered UNAVAILABLE at once.
+// m is handed off (SetHandOff) or answered UNAVAILABLE at once.
 func (s *System) Send(ns string, m *Message) {
 	s.mu.Lock()
 	if s.stopped {
+		handOff := s.handOff
 		s.mu.Unlock()
-		m.respond(nil, ErrStopping)
+		if handOff == nil || !handOff(ns, m) {
+			m.respond(nil, ErrStopping)
+		}
 		return
 	}
 	r := s.actors[ns]
@@ -199,6 +203,18 @@ func (s *System) passivate(r *running) bool {
 	}
 	delete(s.actors, r.actor.ns)
 	return true
+}
+
+// SetHandOff gives the system where a message goes once it stopped:
+// handOff passes it to the namespace's actor on another node and says so,
+// or returns false (it is then answered UNAVAILABLE). A message sent after
+// Stop began was never taken by an actor, so passing it on acts on it
+// once. On a node leaving a cluster its namespaces' calls still arrive
+// for a moment (on their way when it left); they go to the new owners.
+func (s *System) SetHandOff(handOff func(ns string, m *Message) bool) {
+	s.mu.Lock()
+	s.handOff = handOff
+	s.mu.Unlock()
 }
 
 // Stop refuses new messages, lets every actor answer what it holds, and

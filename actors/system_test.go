@@ -133,3 +133,43 @@ func TestStopAnswersEverythingHeld(t *testing.T) {
 		t.Fatalf("message after stop: %+v, want UNAVAILABLE", a)
 	}
 }
+
+// Once stopped, a message goes to the hand-off (SetHandOff) when it takes
+// it, untouched, and is answered UNAVAILABLE when it does not.
+func TestStoppedSystemHandsMessagesOff(t *testing.T) {
+	sys, _ := newSystem(t, time.Minute)
+	var handed []*Message
+	take := true
+	sys.SetHandOff(func(ns string, m *Message) bool {
+		if ns != "acme" {
+			t.Errorf("handed off for %q", ns)
+		}
+		if take {
+			handed = append(handed, m)
+		}
+		return take
+	})
+	if a := wait(t, send(sys, "acme", OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}})); a.err != nil {
+		t.Fatalf("before the stop: %+v", a)
+	}
+	if len(handed) != 0 {
+		t.Fatal("a running system handed a message off")
+	}
+	if err := sys.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	body := &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}}
+	ch := send(sys, "acme", OpEnqueue, body)
+	if len(handed) != 1 || handed[0].Body != body || handed[0].Op != OpEnqueue {
+		t.Fatalf("after the stop the hand-off got %d messages, want the one sent, untouched", len(handed))
+	}
+	select {
+	case a := <-ch:
+		t.Fatalf("a handed-off message was answered here: %+v", a)
+	default:
+	}
+	take = false
+	if a := wait(t, send(sys, "acme", OpEnqueue, body)); a.err != ErrStopping {
+		t.Fatalf("a message the hand-off did not take: %+v, want ErrStopping", a)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,6 +31,8 @@ type internalOp struct {
 	// Message.AnswerBy, as the time left when sent (nodes' clocks differ).
 	Paced          bool  `json:"paced,omitempty"`
 	AnswerWithinMS int64 `json:"answer_within_ms,omitempty"`
+	// Hops counts the nodes that handed the call on (actors.Message.Hops).
+	Hops int `json:"hops,omitempty"`
 	// Invalidate, instead of a call, tells the owner to drop its copy of
 	// the namespace's quota (Revision > 0) or configuration.
 	Invalidate bool  `json:"invalidate,omitempty"`
@@ -43,33 +47,139 @@ type internalReply struct {
 
 // RoutedSender sends a node's own calls to the namespace's owner.
 type RoutedSender struct {
+	// Node is this node's id.
+	Node   string
 	NC     *nats.Conn
 	Local  Sender
 	Router Router
 	Log    *slog.Logger
 	// Timeout bounds a forwarded call (default 30 s).
 	Timeout time.Duration
+	// Interest, with an embedded server, tells whether anyone listens on
+	// a subject (server.Account.SubscriptionInterest): HandOff passes no
+	// call to a node that is gone.
+	Interest func(subject string) bool
+
+	// forwards are the calls sent to other nodes and not answered yet,
+	// and those waiting for an owner.
+	forwards sync.WaitGroup
+	// blocked counts the times a call's wait for an owner blocked.
+	blocked atomic.Int64
+	// left is closed by Left.
+	leftOnce, closeOnce sync.Once
+	left                chan struct{}
 }
 
-// Send delivers m to ns's actor, on this node or its owner.
+// leftCh is the channel Left closes.
+func (r *RoutedSender) leftCh() chan struct{} {
+	r.leftOnce.Do(func() { r.left = make(chan struct{}) })
+	return r.left
+}
+
+// Left tells the sender this node is leaving the cluster: it no longer
+// follows the placement, so it passes every call for a namespace not its
+// own on at once, marked to wait at the receiver rather than come back,
+// and waits for nothing itself (Service.Left).
+func (r *RoutedSender) Left() {
+	c := r.leftCh()
+	r.closeOnce.Do(func() { close(c) })
+}
+
+// Wait returns once every call forwarded to another node has been
+// answered (or ctx ends): a stopping node keeps its connection open until
+// then, so the answers of the calls it handed off reach their callers.
+func (r *RoutedSender) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { r.forwards.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Send delivers m to ns's actor, on this node or its owner. While no
+// node can take it (this node should own ns and does not hold it yet, or
+// no node does: a hand-over, a failover), or it was handed on maxHops
+// times already (nodes disagree), it waits up to 5 s for the placement to
+// settle, as a client's call on the bus does; then the local actor
+// answers that the namespace is moving.
 func (r *RoutedSender) Send(ns string, m *actors.Message) {
 	if r.Router == nil {
 		r.Local.Send(ns, m)
 		return
 	}
 	owner, mine := r.Router.Owner(ns)
-	if mine || owner == "" {
-		// No owner: the local actor answers that the namespace is
-		// moving, which the callers retry at their next round.
+	left := isClosed(r.leftCh())
+	switch {
+	case mine:
 		r.Local.Send(ns, m)
-		return
+	case r.reachable(owner) && (m.Hops < maxHops || left):
+		if left {
+			m.Hops = maxHops - 1 // waits at the owner (HandOff)
+		}
+		r.forward(owner, ns, m)
+	case left:
+		// No other node to pass it to: the local actors refuse it
+		// (UNAVAILABLE).
+		r.Local.Send(ns, m)
+	default:
+		since := r.Router.Changed()
+		r.forwards.Add(1)
+		go func() {
+			defer r.forwards.Done()
+			// A call handed on maxHops times already (nodes disagree)
+			// waits for the placement to move on before it goes again.
+			usable := func(o string, mine, moved bool) bool { return mine || (r.reachable(o) && (m.Hops < maxHops || moved)) }
+			if awaitOwner(context.Background(), r.Router, ns, since, r.leftCh(), usable, time.Now().Add(parkFor), func() { r.blocked.Add(1) }) == nil {
+				if owner, mine := r.Router.Owner(ns); !mine && r.reachable(owner) {
+					m.Hops = 0
+					if isClosed(r.leftCh()) {
+						m.Hops = maxHops - 1
+					}
+					r.forward(owner, ns, m)
+					return
+				}
+			}
+			r.Local.Send(ns, m)
+		}()
 	}
+}
+
+// reachable says owner is another node that takes internal calls now.
+func (r *RoutedSender) reachable(owner string) bool {
+	return owner != "" && owner != r.Node && (r.Interest == nil || r.Interest(api.SubjectInternalOp(owner)))
+}
+
+// HandOff passes m, which this node's stopped actors did not take, to
+// ns's owner if that is another live node (actors.System.SetHandOff); it
+// returns false when there is none.
+func (r *RoutedSender) HandOff(ns string, m *actors.Message) bool {
+	if r.Router == nil {
+		return false
+	}
+	owner, mine := r.Router.Owner(ns)
+	if mine || !r.reachable(owner) {
+		return false
+	}
+	// The new owner may not hold the namespace yet, and may still see
+	// this node as its owner: it waits for the placement to move on
+	// rather than send the call back.
+	m.Hops = maxHops - 1
+	r.forward(owner, ns, m)
+	return true
+}
+
+// forward sends m to ns's actor on owner, another node, and answers m with
+// what it answers.
+func (r *RoutedSender) forward(owner, ns string, m *actors.Message) {
 	body, err := json.Marshal(m.Body)
 	if err != nil {
 		m.Reply(nil, api.Errorf(api.CodeInternal, "", "encode %s: %v", m.Op, err))
 		return
 	}
-	op := internalOp{Namespace: ns, Op: m.Op, Body: body, AutoRetry: m.AutoRetry, Paced: m.Paced}
+	op := internalOp{Namespace: ns, Op: m.Op, Body: body, AutoRetry: m.AutoRetry, Paced: m.Paced, Hops: m.Hops + 1}
 	if !m.AnswerBy.IsZero() {
 		// At least 1 ms: zero would mean no deadline.
 		op.AnswerWithinMS = max(time.Until(m.AnswerBy).Milliseconds(), 1)
@@ -83,7 +193,9 @@ func (r *RoutedSender) Send(ns string, m *actors.Message) {
 		// A long poll answers after its wait.
 		timeout += time.Duration(c.WaitMS) * time.Millisecond
 	}
+	r.forwards.Add(1)
 	go func() {
+		defer r.forwards.Done()
 		msg, err := r.NC.Request(api.SubjectInternalOp(owner), data, timeout)
 		if err != nil {
 			m.Reply(nil, api.Errorf(api.CodeUnavailable, "", "the node owning namespace '%s' did not answer: %v", ns, err))
@@ -196,7 +308,7 @@ func ServeInternalOps(nc *nats.Conn, node string, local Sender, inv Invalidator,
 			answer(nil, api.BadRequest("%v", err))
 			return
 		}
-		m := &actors.Message{Op: op.Op, Body: body, AutoRetry: op.AutoRetry, Paced: op.Paced, Reply: answer}
+		m := &actors.Message{Op: op.Op, Body: body, AutoRetry: op.AutoRetry, Paced: op.Paced, Hops: op.Hops, Reply: answer}
 		if op.AnswerWithinMS > 0 {
 			m.AnswerBy = time.Now().Add(time.Duration(op.AnswerWithinMS) * time.Millisecond)
 		}

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,4 +68,207 @@ func TestInternalOpsCarryPaceAndDeadline(t *testing.T) {
 	if got := send(&actors.Message{}); got.Paced || !got.AnswerBy.IsZero() {
 		t.Fatalf("the node's own call reached the owner as paced %v, answer by %v; want neither", got.Paced, got.AnswerBy)
 	}
+}
+
+// routedNode is a node's RoutedSender, with its internal calls served.
+type routedNode struct {
+	rs    *RoutedSender
+	local *recordingActors
+	// received counts the calls other nodes sent it.
+	received atomic.Int64
+	// seen is how many blocked waits waitParked has seen.
+	seen int64
+}
+
+// countingSender counts what it passes on.
+type countingSender struct {
+	n    *atomic.Int64
+	next Sender
+}
+
+func (c countingSender) Send(ns string, m *actors.Message) { c.n.Add(1); c.next.Send(ns, m) }
+
+func startRoutedNode(t *testing.T, b *authBus, id string, p *placement) *routedNode {
+	t.Helper()
+	nc, err := Connect(ConnectOptions{Server: b.srv, Name: id, Secret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	n := &routedNode{local: &recordingActors{}}
+	n.rs = &RoutedSender{Node: id, NC: nc, Local: n.local, Router: view{p: p, node: id},
+		Interest: b.srv.GlobalAccount().SubscriptionInterest}
+	// As on a node: calls from other nodes are routed again.
+	sub, err := ServeInternalOps(nc, id, countingSender{&n.received, n.rs}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	waitListening(t, b, api.SubjectInternalOp(id), true)
+	return n
+}
+
+// waitParked waits until a call's wait for an owner on n blocks (once
+// more than before).
+func (n *routedNode) waitParked(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for n.rs.blocked.Load() <= n.seen {
+		if time.Now().After(deadline) {
+			t.Fatal("no call waits for an owner")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	n.seen = n.rs.blocked.Load()
+}
+
+func (n *routedNode) served() int {
+	n.local.mu.Lock()
+	defer n.local.mu.Unlock()
+	return len(n.local.msgs)
+}
+
+// sendVia sends an enqueue through rs and returns where its answer comes.
+func sendVia(rs interface {
+	Send(string, *actors.Message)
+}, hops int) <-chan *api.Error {
+	answered := make(chan *api.Error, 1)
+	rs.Send("acme", &actors.Message{Op: actors.OpEnqueue, Hops: hops,
+		Body:  &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}},
+		Reply: func(_ any, e *api.Error) { answered <- e }})
+	return answered
+}
+
+func answeredOK(t *testing.T, ch <-chan *api.Error) {
+	t.Helper()
+	if e := <-ch; e != nil {
+		t.Fatal(e)
+	}
+}
+
+// A node's own call (gRPC, the admin door, periodic fires) waits for the
+// namespace's owner while no node can take it, as a client's call on the
+// bus does, and goes where the placement settles. A node that takes a
+// call for a namespace it does not own routes it again, at most maxHops
+// times, then waits.
+func TestRoutedCallsWaitForTheOwner(t *testing.T) {
+	b := startAuthBus(t)
+	p := newPlacement("")
+	n1, n2 := startRoutedNode(t, b, "n1", p), startRoutedNode(t, b, "n2", p)
+
+	waiting := sendVia(n1.rs, 0)
+	n1.waitParked(t)
+	p.move("n2")
+	answeredOK(t, waiting)
+	if n2.served() != 1 || n1.served() != 0 {
+		t.Fatalf("n1 served %d, n2 %d; want the owner n2 to serve it", n1.served(), n2.served())
+	}
+
+	// Handed on maxHops times already: it waits, even with an owner to go
+	// to, until this node owns the namespace.
+	waiting = sendVia(n1.rs, maxHops)
+	n1.waitParked(t)
+	p.move("n1")
+	answeredOK(t, waiting)
+	if n1.served() != 1 {
+		t.Fatalf("n1 served %d, want the call that waited for it", n1.served())
+	}
+	// Once the placement moved on, it may be handed on again.
+	p.move("n2")
+	waiting = sendVia(n1.rs, maxHops)
+	n1.waitParked(t)
+	if n2.served() != 1 {
+		t.Fatalf("a call handed on %d times went on before the placement moved on", maxHops)
+	}
+	p.move("n2") // a placement round: the owner is the same
+	answeredOK(t, waiting)
+	if n2.served() != 2 {
+		t.Fatalf("n2 served %d, want the call forwarded after the round", n2.served())
+	}
+	p.move("n1")
+
+	// A call sent by a node that still names n2 the owner (n3's stale
+	// view) reaches n2's internal subject and is routed on to n1.
+	stale := &RoutedSender{Node: "n3", NC: n2.rs.NC, Local: &recordingActors{}, Router: view{p: newPlacement("n2"), node: "n3"}}
+	answeredOK(t, sendVia(stale, 0))
+	if n1.served() != 2 || n2.served() != 2 {
+		t.Fatalf("n1 served %d, n2 %d; want the call routed on to n1", n1.served(), n2.served())
+	}
+}
+
+// HandOff passes a stopped node's call to a live owner, and only then.
+// The owner, which may not hold the namespace yet and still see the
+// stopped node as its owner, waits for its placement to move on rather
+// than send the call back.
+func TestHandOffGoesOnlyToALiveOwner(t *testing.T) {
+	b := startAuthBus(t)
+	p := newPlacement("n2")
+	n1, n2 := startRoutedNode(t, b, "n1", p), startRoutedNode(t, b, "n2", p)
+	handOff := func(hops int) (bool, <-chan *api.Error) {
+		answered := make(chan *api.Error, 1)
+		ok := n1.rs.HandOff("acme", &actors.Message{Op: actors.OpEnqueue, Hops: hops,
+			Body:  &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}},
+			Reply: func(_ any, e *api.Error) { answered <- e }})
+		return ok, answered
+	}
+	ok, answered := handOff(0)
+	if !ok {
+		t.Fatal("no hand-off to the live owner n2")
+	}
+	answeredOK(t, answered)
+	if n2.served() != 1 {
+		t.Fatalf("n2 served %d, want the handed-off call", n2.served())
+	}
+	p.move("n1")
+	if ok, _ := handOff(0); ok {
+		t.Error("handed off to itself")
+	}
+	p.move("n3") // a node nobody hears
+	if ok, _ := handOff(0); ok {
+		t.Error("handed off to a node that is not there")
+	}
+
+	// n1 has left and sees n2 as the owner; n2 still sees n1.
+	n1.rs.Router = view{p: newPlacement("n2"), node: "n1"}
+	p2 := newPlacement("n1")
+	n2.rs.Router = view{p: p2, node: "n2"}
+	ok, answered = handOff(0)
+	if !ok {
+		t.Fatal("no hand-off to n2")
+	}
+	select {
+	case e := <-answered:
+		t.Fatalf("answered (%v) before n2 held the namespace: sent back to n1?", e)
+	default:
+	}
+	n2.waitParked(t)
+	p2.move("n2")
+	answeredOK(t, answered)
+	if n2.served() != 2 || n1.served() != 0 || n1.received.Load() != 0 {
+		t.Fatalf("n1 served %d and got %d back, n2 served %d; want n2 to serve the handed-off call, none back", n1.served(), n1.received.Load(), n2.served())
+	}
+}
+
+// A leaving node's sender (Left) passes a call on to the next owner at
+// once, marked to wait there, and waits for nothing itself.
+func TestALeavingNodesRoutedCallsWaitAtTheNextOwner(t *testing.T) {
+	b := startAuthBus(t)
+	p1, p2 := newPlacement("n2"), newPlacement("n1") // n2 lags behind
+	n1, n2 := startRoutedNode(t, b, "n1", p1), startRoutedNode(t, b, "n2", p2)
+	n1.rs.Left()
+	waiting := sendVia(n1.rs, 0)
+	n2.waitParked(t)
+	p2.move("n2")
+	answeredOK(t, waiting)
+	if n2.served() != 1 || n1.served() != 0 || n1.received.Load() != 0 {
+		t.Fatalf("n1 served %d and got %d back, n2 served %d; want n2 to serve it, none back", n1.served(), n1.received.Load(), n2.served())
+	}
+	// With no other node to go to, it does not wait: its stopped actors
+	// answer.
+	p1.move("")
+	answered := sendVia(n1.rs, 0)
+	if n1.served() != 1 { // handed to them within Send, not after a wait
+		t.Fatalf("n1 served %d, want its local actors to take it at once", n1.served())
+	}
+	answeredOK(t, answered)
 }

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -379,5 +380,41 @@ func TestOwnerSubjects(t *testing.T) {
 		if _, _, ok := api.ParseOwnerSubject(bad); ok {
 			t.Fatalf("%s parsed", bad)
 		}
+	}
+}
+
+// A node that is leaving (Left) passes a call for a namespace it gave up
+// to the next owner at once, marked so that the next owner, which still
+// sees the leaving node holding it, waits for its placement to move on
+// rather than send the call back.
+func TestALeavingNodesCallsWaitAtTheNextOwner(t *testing.T) {
+	b := startAuthBus(t)
+	b.node.Close()
+	p1, p2 := newPlacement("n2"), newPlacement("n1") // n2 lags behind
+	n1 := startOwnerNode(t, b, "n1", p1)
+	n2 := startOwnerNode(t, b, "n2", p2)
+	waitListening(t, b, n1.subject(), true)
+	n1.svc.Left()
+	raw, _ := b.connect(t, producerTok)
+	msg := &nats.Msg{Subject: n1.subject(), Data: []byte(`{"jobs":[{"queue":"q","task":"t"}]}`), Header: nats.Header{}}
+	msg.Header.Set(api.HeaderAuthorization, "Bearer "+producerTok)
+	done := make(chan error, 1)
+	go func() {
+		reply, err := raw.RequestMsg(msg, 10*time.Second)
+		if err == nil && reply.Header.Get(api.HeaderOwner) != api.OwnerToken("n2") {
+			err = fmt.Errorf("answered by %q, want n2", reply.Header.Get(api.HeaderOwner))
+		}
+		done <- err
+	}()
+	waitParked(t, n2)
+	if n1.svc.Forwarded() != 1 || n2.svc.Forwarded() != 0 {
+		t.Fatalf("n1 forwarded %d, n2 %d; want 1 and none back", n1.svc.Forwarded(), n2.svc.Forwarded())
+	}
+	p2.move("n2") // n2 takes the namespace
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n2.actors.n.Load() != 1 || n1.actors.n.Load() != 0 {
+		t.Fatalf("n1 served %d, n2 %d; want n2 to serve it", n1.actors.n.Load(), n2.actors.n.Load())
 	}
 }

@@ -41,6 +41,8 @@ type Service struct {
 	// the $SRV verbs): Stop waits until draining has removed them.
 	ownSubs  int
 	inflight atomic.Int64
+	// parked counts calls waiting for their namespace's owner.
+	parked atomic.Int64
 	// forwards counts calls this node passed on to their owner.
 	forwards atomic.Int64
 
@@ -71,6 +73,9 @@ type Service struct {
 
 	// stopped and directStopped make Stop and StopDirect act once.
 	stopped, directStopped sync.Once
+	// left is closed by Left.
+	left     chan struct{}
+	leftOnce sync.Once
 }
 
 // Router places namespaces on nodes (cluster.Cluster).
@@ -111,7 +116,7 @@ func NewService(ctx context.Context, nc *nats.Conn, nodeID string, sender Sender
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{nc: nc, sender: sender, authn: authn, log: log, router: router, nodeID: nodeID, handles: map[string]func(inbound){}, now: time.Now}
+	s := &Service{nc: nc, sender: sender, authn: authn, log: log, router: router, nodeID: nodeID, handles: map[string]func(inbound){}, now: time.Now, left: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	before := nc.NumSubscriptions()
 	svc, err := micro.AddService(nc, micro.Config{
@@ -228,53 +233,113 @@ func (s *Service) route(in inbound, ns string, again func(inbound)) bool {
 		return true
 	}
 	owner, mine := s.router.Owner(ns)
+	left := isClosed(s.left)
 	switch {
 	case mine:
 		return true
-	case s.forwardable(owner) && in.hops < maxHops:
+	case s.forwardable(owner) && (in.hops < maxHops || left):
+		hops := in.hops + 1
+		if left {
+			// The owner may not hold ns yet and still see this node as
+			// its owner: it waits for its placement to move on rather
+			// than send the call back.
+			hops = maxHops
+		}
 		msg := &nats.Msg{Subject: api.SubjectForward(owner), Reply: in.reply, Data: in.data, Header: nats.Header{}}
 		for k, v := range in.header {
 			msg.Header[k] = v
 		}
 		msg.Header.Set(headerForwardSubject, in.subject)
-		msg.Header.Set(headerForwardHops, strconv.Itoa(in.hops+1))
+		msg.Header.Set(headerForwardHops, strconv.Itoa(hops))
 		s.forwards.Add(1)
 		if err := s.nc.PublishMsg(msg); err != nil {
 			s.fail(in, api.Errorf(api.CodeUnavailable, "", "cannot forward to the node owning the namespace: %v", err))
 		}
 		return false
+	case left:
+		// No other node to pass it to, and this one no longer follows
+		// the placement: nothing to wait for here.
+		s.fail(in, api.Errorf(api.CodeUnavailable, "", "no node holds namespace '%s' now; try again", ns))
+		return false
 	}
-	// This node should own ns and does not hold it yet, or no node does:
-	// wait for the next placement (a hand-over or a failover), then try
-	// again. The wait is off the handler's goroutine.
-	s.router.Kick()
+	// This node should own ns and does not hold it yet, or no node does,
+	// or nodes disagree: wait for the next placement (a hand-over or a
+	// failover), then try again. The wait is off the handler's goroutine.
 	if in.parkedUntil.IsZero() {
 		in.parkedUntil = s.now().Add(parkFor)
 	}
+	since := s.router.Changed()
 	s.inflight.Add(1)
+	s.parked.Add(1)
 	go func() {
 		defer s.inflight.Add(-1)
-		deadline := time.NewTimer(time.Until(in.parkedUntil))
-		defer deadline.Stop()
-		for {
-			changed := s.router.Changed()
-			if o, m := s.router.Owner(ns); m || s.forwardable(o) {
-				in.hops = 0
-				again(in)
-				return
-			}
-			select {
-			case <-changed:
-			case <-deadline.C:
-				s.fail(in, api.Errorf(api.CodeUnavailable, "", "no node holds namespace '%s' now; try again", ns))
-				return
-			case <-s.ctx.Done():
-				s.fail(in, actors.ErrStopping)
-				return
-			}
+		defer s.parked.Add(-1)
+		// A call forwarded maxHops times already (nodes disagree) waits
+		// for the placement to move on before it is forwarded again.
+		usable := func(o string, m, moved bool) bool { return m || (s.forwardable(o) && (in.hops < maxHops || moved)) }
+		switch err := awaitOwner(s.ctx, s.router, ns, since, s.left, usable, in.parkedUntil, nil); {
+		case err == nil:
+			in.hops = 0
+			again(in)
+		case errors.Is(err, errNoOwner):
+			s.fail(in, api.Errorf(api.CodeUnavailable, "", "no node holds namespace '%s' now; try again", ns))
+		default:
+			s.fail(in, actors.ErrStopping)
 		}
 	}()
 	return false
+}
+
+// errNoOwner: no usable owner came before the wait's end.
+var errNoOwner = errors.New("no owner")
+
+// awaitOwner waits until ns's owner, as router sees it, is usable (this
+// node, or another that can be reached; moved says the placement changed
+// since the wait began), until until (errNoOwner) or the end of ctx. It is
+// the one wait of a call for its namespace's owner (a hand-over, a
+// failover, nodes disagreeing), whichever surface the call came by.
+//
+// since is router.Changed() as it was when the call arrived, so a change
+// between then and the wait's start counts. left is closed when this node
+// is leaving the cluster: its placement no longer moves, so the wait ends
+// at once, the placement counting as moved.
+//
+// blocked, if not nil, is called each time the wait blocks (tests watch
+// it).
+func awaitOwner(ctx context.Context, router Router, ns string, since, left <-chan struct{}, usable func(owner string, mine, moved bool) bool, until time.Time, blocked func()) error {
+	router.Kick()
+	deadline := time.NewTimer(time.Until(until))
+	defer deadline.Stop()
+	moved := false
+	changed := since
+	for {
+		select {
+		case <-changed:
+			moved = true
+			changed = router.Changed()
+		default:
+		}
+		hasLeft := isClosed(left)
+		if owner, mine := router.Owner(ns); usable(owner, mine, moved || hasLeft) {
+			return nil
+		}
+		if hasLeft {
+			return errNoOwner // its placement will not move on
+		}
+		if blocked != nil {
+			blocked()
+		}
+		select {
+		case <-changed:
+			moved = true
+			changed = router.Changed()
+		case <-left:
+		case <-deadline.C:
+			return errNoOwner
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // validator is a request body that can check its own shape and says what
@@ -446,6 +511,22 @@ func (s *Service) stop(ctx context.Context) error {
 	return nil
 }
 
+// Left tells the service this node is leaving the cluster: it no longer
+// follows the placement, so it passes every call for a namespace not its
+// own on at once, marked to wait at the receiver rather than come back,
+// and waits for nothing itself.
+func (s *Service) Left() { s.leftOnce.Do(func() { close(s.left) }) }
+
+// isClosed says c is closed.
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
 // How StopDirect waits for the calls on their way to this node: until
 // none has come for directQuiet, at most directQuietMax.
 const (
@@ -461,15 +542,17 @@ const (
 // directQuietMax, or until ctx ends) before it stops listening: a call on
 // its way through a NATS route when this node's server forgets the
 // subject would be dropped unanswered, and its caller would wait out its
-// timeout. Then it drains both subscriptions and ends the service's
-// context.
-func (s *Service) StopDirect(ctx context.Context) error {
+// timeout. Then it drains both subscriptions, and also (the nodes' own
+// calls on fq.internal.op.<node>, whose senders learn the new owners at
+// the same time), waits for the calls still waiting for an owner to be
+// sent on or refused, and ends the service's context.
+func (s *Service) StopDirect(ctx context.Context, also ...*nats.Subscription) error {
 	var err error
-	s.directStopped.Do(func() { err = s.stopDirect(ctx) })
+	s.directStopped.Do(func() { err = s.stopDirect(ctx, also) })
 	return err
 }
 
-func (s *Service) stopDirect(ctx context.Context) error {
+func (s *Service) stopDirect(ctx context.Context, also []*nats.Subscription) error {
 	defer s.cancel()
 	if s.direct == nil {
 		return nil
@@ -489,6 +572,11 @@ func (s *Service) stopDirect(ctx context.Context) error {
 		}
 	}
 	subs := []*nats.Subscription{s.direct, s.fwd}
+	for _, sub := range also {
+		if sub != nil {
+			subs = append(subs, sub)
+		}
+	}
 	for _, sub := range subs {
 		if err := sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			return fmt.Errorf("stop direct calls: %w", err)
@@ -501,6 +589,15 @@ func (s *Service) stopDirect(ctx context.Context) error {
 				return ctx.Err()
 			case <-t.C:
 			}
+		}
+	}
+	// The calls still waiting for an owner are sent on or refused before
+	// the connection closes.
+	for s.parked.Load() > 0 && !s.nc.IsClosed() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
 		}
 	}
 	return nil

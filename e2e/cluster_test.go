@@ -548,61 +548,91 @@ func TestClusterGracefulLeave(t *testing.T) {
 	})
 }
 
-// SIGTERM of a namespace's owner, while 300 producers call it through
-// another node's server, fails none of their calls (SPEC §10 "Graceful
-// leave"). The producers know the owner and send their calls straight to
-// it, so many are on their way through a NATS route when it stops: it
-// keeps taking and passing them on until they fall quiet. Twice: the
-// owner, and the owner again once the restarted node took it back (or the
-// node that kept it).
+// SIGTERM of a namespace's owner, while producers call it through another
+// node, fails none of their calls (SPEC §10 "Graceful leave"). On NATS,
+// 300 producers know the owner and send their calls straight to it, so
+// many are on their way through a NATS route when it stops: it keeps
+// taking and passing them on until they fall quiet. On gRPC, 100 callers
+// of another node's gRPC port, which hands each call to the owner on the
+// nodes' internal subject. Twice each: the owner, and the owner again once
+// the restarted node took it back (or the node that kept it).
 func TestClusterOwnersGracefulLeaveUnderLoad(t *testing.T) {
 	eachSharedBackend(t, func(t *testing.T) {
 		c := startCluster(t, 3)
 		prod := c.token("acme", "producer")
-		for round := 0; round < 2; round++ {
-			owner, rest := c.ownerOf("acme", c.members)
-			p := c.clients(prod, rest[0])[0]
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			var ok, failed atomic.Int64
-			for i := 0; i < 300; i++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						if _, err := p.Enqueue(context.Background(), job("q", "t")); err != nil {
-							if failed.Add(1) <= 3 {
-								t.Errorf("enqueue while %s stops: %v", owner.id, err)
+		surfaces := []struct {
+			name    string
+			callers int
+			connect func(via *member) func() error
+		}{
+			{"nats", 300, func(via *member) func() error {
+				p := c.clients(prod, via)[0]
+				return func() error {
+					_, err := p.Enqueue(context.Background(), job("q", "t"))
+					return err
+				}
+			}},
+			{"grpc", 100, func(via *member) func() error {
+				conn, err := grpc.NewClient(via.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { conn.Close() })
+				p := pb.NewProducerClient(conn)
+				return func() error {
+					_, err := p.Enqueue(withToken(t, prod), &pb.EnqueueRequest{Job: &pb.Job{Queue: "q", Task: "t"}})
+					return err
+				}
+			}},
+		}
+		for _, surface := range surfaces {
+			for round := 0; round < 2; round++ {
+				owner, rest := c.ownerOf("acme", c.members)
+				enqueue := surface.connect(rest[0])
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				var ok, failed, began atomic.Int64
+				for i := 0; i < surface.callers; i++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for {
+							select {
+							case <-stop:
+								return
+							default:
 							}
-						} else {
-							ok.Add(1)
+							sent := time.Now()
+							if err := enqueue(); err != nil {
+								if failed.Add(1) <= 3 {
+									t.Errorf("%s: enqueue sent %v after the SIGTERM to %s: %v", surface.name, sent.Sub(time.Unix(0, began.Load())).Round(time.Millisecond), owner.id, err)
+								}
+							} else {
+								ok.Add(1)
+							}
 						}
-					}
-				}()
+					}()
+				}
+				for ok.Load() < 1000 {
+					waitFor(10 * time.Millisecond)
+				}
+				began.Store(time.Now().UnixNano())
+				owner.signal(syscall.SIGTERM)
+				t.Logf("%s, round %d: %s stopped in %v", surface.name, round, owner.id, time.Since(time.Unix(0, began.Load())).Round(time.Millisecond))
+				c.settled(rest...)
+				before := ok.Load()
+				for ok.Load() < before+1000 && failed.Load() == 0 {
+					waitFor(10 * time.Millisecond)
+				}
+				close(stop)
+				wg.Wait()
+				if failed.Load() != 0 {
+					log, _ := os.ReadFile(filepath.Join(owner.dir, "node.log"))
+					t.Fatalf("%s, round %d: %d calls failed while %s stopped (%d succeeded); its log:\n%s", surface.name, round, failed.Load(), owner.id, ok.Load(), log)
+				}
+				owner.start()
+				c.settled(c.members...)
 			}
-			for ok.Load() < 1000 {
-				waitFor(10 * time.Millisecond)
-			}
-			began := time.Now()
-			owner.signal(syscall.SIGTERM)
-			t.Logf("round %d: %s stopped in %v", round, owner.id, time.Since(began).Round(time.Millisecond))
-			c.settled(rest...)
-			before := ok.Load()
-			for ok.Load() < before+1000 && failed.Load() == 0 {
-				waitFor(10 * time.Millisecond)
-			}
-			close(stop)
-			wg.Wait()
-			if failed.Load() != 0 {
-				t.Fatalf("round %d: %d calls failed while %s stopped (%d succeeded)", round, failed.Load(), owner.id, ok.Load())
-			}
-			owner.start()
-			c.settled(c.members...)
 		}
 	})
 }

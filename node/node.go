@@ -242,9 +242,17 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.Actors = actors.NewSystem(runCtx, deps)
 	n.runCluster()
 	n.startAdoption(runCtx)
-	n.sender = &bus.RoutedSender{NC: n.nc, Local: n.Actors, Router: router, Log: n.log}
+	n.sender = &bus.RoutedSender{Node: cfg.NodeID, NC: n.nc, Local: n.Actors, Router: router, Log: n.log}
+	if n.server != nil {
+		n.sender.Interest = n.server.GlobalAccount().SubscriptionInterest
+	}
 	if router != nil {
-		if n.internal, err = bus.ServeInternalOps(n.nc, cfg.NodeID, n.Actors, n.Cache, n.log); err != nil {
+		// A leaving node's calls that reach its stopped actors go to the
+		// namespaces' new owners instead of failing.
+		n.Actors.SetHandOff(n.sender.HandOff)
+		// Calls from other nodes are routed again: the sender may have
+		// named an owner that is not (yet, or any more) this node.
+		if n.internal, err = bus.ServeInternalOps(n.nc, cfg.NodeID, n.sender, n.Cache, n.log); err != nil {
 			return n, err
 		}
 	}
@@ -384,6 +392,14 @@ func (n *Node) Stop(ctx context.Context) error {
 			n.cancel() // maintenance loops
 		}
 		if n.cluster != nil {
+			// From here on it follows the placement no more: a call for
+			// a namespace it has given up goes on to the next owner at
+			// once, marked to wait there for the lease rather than come
+			// back (the next owner still sees this node holding it).
+			if n.service != nil {
+				n.service.Left()
+			}
+			n.sender.Left()
 			if err := n.leaveCluster(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("leave the cluster: %w", err))
 			}
@@ -396,14 +412,20 @@ func (n *Node) Stop(ctx context.Context) error {
 			}
 		}
 		if n.service != nil {
-			// Calls still on their way here (owner subject, forwards)
-			// are passed on to the new owners until they fall quiet.
-			if err := n.service.StopDirect(ctx); err != nil {
+			// Calls still on their way here (owner subject, forwards,
+			// other nodes' internal calls) are passed on to the new
+			// owners until they fall quiet.
+			if err := n.service.StopDirect(ctx, n.internal); err != nil {
 				errs = append(errs, err)
 			}
-		}
-		if n.internal != nil {
+		} else if n.internal != nil {
 			_ = n.internal.Unsubscribe()
+		}
+		if n.sender != nil {
+			// The answers of the calls handed off on the way out.
+			if err := n.sender.Wait(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("calls handed off: %w", err))
+			}
 		}
 		n.bg.Wait()
 		if n.subs != nil {
