@@ -549,7 +549,7 @@ func TestClusterGracefulLeave(t *testing.T) {
 }
 
 // SIGTERM of a namespace's owner, while producers call it through another
-// node, fails none of their calls (SPEC §10 "Graceful leave"). On NATS,
+// node, fails none of their calls (docs/cluster.md, "SIGTERM"). On NATS,
 // 300 producers know the owner and send their calls straight to it, so
 // many are on their way through a NATS route when it stops: it keeps
 // taking and passing them on until they fall quiet. On gRPC, 100 callers
