@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -88,4 +89,66 @@ func FuzzDecodeAgreesWithEncodingJSON(f *testing.F) {
 	f.Add(`{"queues":["a"],"max":1,"wait_ms":0,"lease_ms":30000,"worker":"w"}`)
 	f.Add(`{"acks":[{"id":"a","attempt":1,"result":{"ok":true}}]}`)
 	f.Fuzz(func(t *testing.T, body string) { decodeAgrees(t, body) })
+}
+
+// MarshalFast (the Go client's request encoder) must give exactly the
+// bytes encoding/json gives, or fail where it fails, so a client's call
+// does not depend on which encoder wrote it.
+func marshalAgrees(t *testing.T, v any) {
+	t.Helper()
+	want, werr := json.Marshal(v)
+	got, gerr := MarshalFast(v)
+	if (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
+		t.Fatalf("%T: encoding/json says %v, MarshalFast %v", v, werr, gerr)
+	}
+	if string(want) != string(got) {
+		t.Fatalf("%T: MarshalFast wrote\n%s\nencoding/json\n%s", v, got, want)
+	}
+}
+
+// requestsOf are every request a client sends, built from the fuzzer's
+// text: in names, as raw JSON (payloads, results), and in a number.
+func requestsOf(s string, raw []byte, n int64) []any {
+	when := time.Unix(n%(1<<40), n%1e9).UTC()
+	three := n % 7
+	retry := n%2 == 0
+	job := Job{ID: s, Queue: s, Task: s, Payload: raw, Priority: n, RunAt: &when, DelayMS: n, MaxAttempts: &three,
+		UniqueKey: s, Debounce: &Debounce{Key: s, WindowMS: n}}
+	return []any{
+		EnqueueRequest{Jobs: []Job{job, {Queue: s, Task: s}}},
+		EventRequest{Name: s, Payload: raw},
+		ReplayRequest{IDs: []string{s, s}},
+		ClaimRequest{Queues: []string{s}, Max: int(n % 1000), WaitMS: n, LeaseMS: n, Worker: s},
+		HeartbeatRequest{IDs: []string{s}, LeaseMS: n},
+		AckRequest{ID: s, Attempt: n, Result: raw},
+		AckRequest{Acks: []AckItem{{ID: s, Attempt: n, Result: raw}, {ID: s}}},
+		NackRequest{ID: s, Attempt: n, Error: s, Retry: &retry},
+		NackRequest{ID: s, Attempt: n, Release: true},
+	}
+}
+
+func TestMarshalFastAgreesWithEncodingJSON(t *testing.T) {
+	texts := []string{"", "plain", "<a href='x'>&amp;</a>", "\u2028\u2029", "\x00\x1f\x7f", "\xff\xfe bad utf-8", "é中😀", `"quoted\"\\`, "\t\n\r"}
+	raws := []string{``, `null`, `{"a":1}`, ` { "a" : [ 1 , 2 ] , "b" : "<x>" } `, `1e400`, `-0.0`, `"\u00e9"`, `{"a":1,}`, `[`, `nul`, "\"\xff\"", `{"a":"\u2028"}`}
+	for _, s := range texts {
+		for _, r := range raws {
+			for _, n := range []int64{0, 1, -1, 1 << 53, -(1 << 62)} {
+				for _, v := range requestsOf(s, []byte(r), n) {
+					marshalAgrees(t, v)
+				}
+			}
+		}
+	}
+}
+
+// go test -run '^$' -fuzz FuzzMarshalFastAgreesWithEncodingJSON ./api
+func FuzzMarshalFastAgreesWithEncodingJSON(f *testing.F) {
+	f.Add("q", []byte(`{"a":[1,"x",null,true]}`), int64(3))
+	f.Add("<&>", []byte(` [ 1 , 2 ] `), int64(-1))
+	f.Add("\xff", []byte(`{"a":`), int64(1<<40))
+	f.Fuzz(func(t *testing.T, s string, raw []byte, n int64) {
+		for _, v := range requestsOf(s, raw, n) {
+			marshalAgrees(t, v)
+		}
+	})
 }

@@ -131,7 +131,7 @@ var ErrUnreachable = errors.New("flexiq: no node answered")
 
 // call sends req on subject and decodes the reply into resp.
 func (c *Client) call(ctx context.Context, subject string, req, resp any) error {
-	data, err := json.Marshal(req)
+	data, err := api.MarshalFast(req)
 	if err != nil {
 		return fmt.Errorf("encode request: %w", err)
 	}
@@ -159,7 +159,7 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) error 
 	if resp == nil {
 		return nil
 	}
-	if err := json.Unmarshal(reply.Data, resp); err != nil {
+	if err := api.Unmarshal(reply.Data, resp); err != nil {
 		return fmt.Errorf("decode %s reply: %w", subject, err)
 	}
 	return nil
