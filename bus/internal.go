@@ -60,9 +60,10 @@ type RoutedSender struct {
 	// call to a node that is gone.
 	Interest func(subject string) bool
 
-	// forwards are the calls sent to other nodes and not answered yet,
-	// and those waiting for an owner.
-	forwards sync.WaitGroup
+	// pending counts the calls sent to other nodes and not answered yet,
+	// and those waiting for an owner. A counter, not a WaitGroup: calls
+	// may still start (a gRPC handler finishing) while Wait watches it.
+	pending atomic.Int64
 	// blocked counts the times a call's wait for an owner blocked.
 	blocked atomic.Int64
 	// left is closed by Left.
@@ -89,14 +90,16 @@ func (r *RoutedSender) Left() {
 // answered (or ctx ends): a stopping node keeps its connection open until
 // then, so the answers of the calls it handed off reach their callers.
 func (r *RoutedSender) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { r.forwards.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for r.pending.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
 	}
+	return nil
 }
 
 // Send delivers m to ns's actor, on this node or its owner. While no
@@ -126,9 +129,9 @@ func (r *RoutedSender) Send(ns string, m *actors.Message) {
 		r.Local.Send(ns, m)
 	default:
 		since := r.Router.Changed()
-		r.forwards.Add(1)
+		r.pending.Add(1)
 		go func() {
-			defer r.forwards.Done()
+			defer r.pending.Add(-1)
 			// A call handed on maxHops times already (nodes disagree)
 			// waits for the placement to move on before it goes again.
 			usable := func(o string, mine, moved bool) bool { return mine || (r.reachable(o) && (m.Hops < maxHops || moved)) }
@@ -193,9 +196,9 @@ func (r *RoutedSender) forward(owner, ns string, m *actors.Message) {
 		// A long poll answers after its wait.
 		timeout += time.Duration(c.WaitMS) * time.Millisecond
 	}
-	r.forwards.Add(1)
+	r.pending.Add(1)
 	go func() {
-		defer r.forwards.Done()
+		defer r.pending.Add(-1)
 		msg, err := r.NC.Request(api.SubjectInternalOp(owner), data, timeout)
 		if err != nil {
 			m.Reply(nil, api.Errorf(api.CodeUnavailable, "", "the node owning namespace '%s' did not answer: %v", ns, err))

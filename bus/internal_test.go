@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -271,4 +272,46 @@ func TestALeavingNodesRoutedCallsWaitAtTheNextOwner(t *testing.T) {
 		t.Fatalf("n1 served %d, want its local actors to take it at once", n1.served())
 	}
 	answeredOK(t, answered)
+}
+
+// heldActors answer a call only when the test lets them.
+type heldActors struct{ release chan struct{} }
+
+func (a heldActors) Send(_ string, m *actors.Message) {
+	go func() {
+		<-a.release
+		m.Reply(api.EnqueueReply{Results: []api.EnqueueResult{{ID: "j", Outcome: api.OutcomeEnqueued}}}, nil)
+	}()
+}
+
+// Wait (a stopping node, before it closes its connection) returns once the
+// calls it passed to other nodes are answered, or when ctx ends.
+func TestRoutedSenderWaitsForTheAnswersOfItsCalls(t *testing.T) {
+	b := startAuthBus(t)
+	p := newPlacement("n2")
+	n1 := startRoutedNode(t, b, "n1", p)
+	nc, err := Connect(ConnectOptions{Server: b.srv, Name: "n2", Secret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	owner := heldActors{release: make(chan struct{})}
+	sub, err := ServeInternalOps(nc, "n2", owner, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	waitListening(t, b, api.SubjectInternalOp("n2"), true)
+
+	answered := sendVia(n1.rs, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := n1.rs.Wait(ctx); err == nil {
+		t.Fatal("Wait returned while a call it passed on was unanswered")
+	}
+	close(owner.release)
+	answeredOK(t, answered)
+	if err := n1.rs.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }
