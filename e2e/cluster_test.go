@@ -482,7 +482,7 @@ func TestClusterDeadOwnersClaimsComeBackUnasked(t *testing.T) {
 		}
 		claimed, err := w.Claim(ctx(t), api.ClaimRequest{Queues: []string{"q"}, Max: 5, LeaseMS: 1000})
 		if err != nil || len(claimed) != 5 {
-			t.Fatalf("claim: %d %v", len(claimed), err)
+			t.Fatalf("claim: %d %v; the nodes' logs:\n%s", len(claimed), err, c.logs())
 		}
 		victim.signal(syscall.SIGKILL)
 		// From here on, only the admin door's usage (read from the store,
@@ -627,8 +627,7 @@ func TestClusterOwnersGracefulLeaveUnderLoad(t *testing.T) {
 				close(stop)
 				wg.Wait()
 				if failed.Load() != 0 {
-					log, _ := os.ReadFile(filepath.Join(owner.dir, "node.log"))
-					t.Fatalf("%s, round %d: %d calls failed while %s stopped (%d succeeded); its log:\n%s", surface.name, round, failed.Load(), owner.id, ok.Load(), log)
+					t.Fatalf("%s, round %d: %d calls failed while %s stopped (%d succeeded); the nodes' logs:\n%s", surface.name, round, failed.Load(), owner.id, ok.Load(), c.logs())
 				}
 				owner.start()
 				c.settled(c.members...)
@@ -743,6 +742,16 @@ func TestClusterRollingRestartLosesNoAcknowledgedEnqueue(t *testing.T) {
 		}
 		t.Logf("%d acknowledged enqueues, all kept", n.Load())
 	})
+}
+
+// logs are the members' node logs, for a failure's message.
+func (c *testCluster) logs() string {
+	var b strings.Builder
+	for _, m := range c.members {
+		data, _ := os.ReadFile(filepath.Join(m.dir, "node.log"))
+		fmt.Fprintf(&b, "--- %s\n%s", m.id, data)
+	}
+	return b.String()
 }
 
 // ownerOf is the member holding ns's actor, and the others.
