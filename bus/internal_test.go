@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,19 +11,6 @@ import (
 	"github.com/flexiq/flexiq/actors"
 	"github.com/flexiq/flexiq/api"
 )
-
-// recordingActors answers every call at once and keeps the messages.
-type recordingActors struct {
-	mu   sync.Mutex
-	msgs []*actors.Message
-}
-
-func (a *recordingActors) Send(_ string, m *actors.Message) {
-	a.mu.Lock()
-	a.msgs = append(a.msgs, m)
-	a.mu.Unlock()
-	m.Reply(api.EnqueueReply{Results: []api.EnqueueResult{{ID: "j", Outcome: api.OutcomeEnqueued}}}, nil)
-}
 
 // A node's own call forwarded to the namespace's owner keeps what the
 // owner's actor needs to pace its refusal: that it is a client's call
@@ -39,14 +25,14 @@ func TestInternalOpsCarryPaceAndDeadline(t *testing.T) {
 		t.Cleanup(nc.Close)
 		return nc
 	}
-	owner := &recordingActors{}
+	owner := &countingActors{}
 	sub, err := ServeInternalOps(conn("n2"), "n2", owner, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	waitListening(t, b, api.SubjectInternalOp("n2"), true)
-	rs := &RoutedSender{NC: conn("n1"), Local: &recordingActors{}, Router: view{p: newPlacement("n2"), node: "n1"}}
+	rs := &RoutedSender{NC: conn("n1"), Local: &countingActors{}, Router: view{p: newPlacement("n2"), node: "n1"}}
 
 	send := func(m *actors.Message) *actors.Message {
 		t.Helper()
@@ -57,9 +43,7 @@ func TestInternalOpsCarryPaceAndDeadline(t *testing.T) {
 		if e := <-answered; e != nil {
 			t.Fatal(e)
 		}
-		owner.mu.Lock()
-		defer owner.mu.Unlock()
-		return owner.msgs[len(owner.msgs)-1]
+		return owner.lastMessage()
 	}
 	by := time.Now().Add(3 * time.Second)
 	got := send(&actors.Message{Paced: true, AnswerBy: by})
@@ -74,7 +58,7 @@ func TestInternalOpsCarryPaceAndDeadline(t *testing.T) {
 // routedNode is a node's RoutedSender, with its internal calls served.
 type routedNode struct {
 	rs    *RoutedSender
-	local *recordingActors
+	local *countingActors
 	// received counts the calls other nodes sent it.
 	received atomic.Int64
 	// seen is how many blocked waits waitParked has seen.
@@ -96,7 +80,7 @@ func startRoutedNode(t *testing.T, b *authBus, id string, p *placement) *routedN
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	n := &routedNode{local: &recordingActors{}}
+	n := &routedNode{local: &countingActors{}}
 	n.rs = &RoutedSender{Node: id, NC: nc, Local: n.local, Router: view{p: p, node: id},
 		Interest: b.srv.GlobalAccount().SubscriptionInterest}
 	// As on a node: calls from other nodes are routed again.
@@ -123,11 +107,7 @@ func (n *routedNode) waitParked(t *testing.T) {
 	n.seen = n.rs.blocked.Load()
 }
 
-func (n *routedNode) served() int {
-	n.local.mu.Lock()
-	defer n.local.mu.Unlock()
-	return len(n.local.msgs)
-}
+func (n *routedNode) served() int { return int(n.local.n.Load()) }
 
 // sendVia sends an enqueue through rs and returns where its answer comes.
 func sendVia(rs interface {
@@ -190,7 +170,7 @@ func TestRoutedCallsWaitForTheOwner(t *testing.T) {
 
 	// A call sent by a node that still names n2 the owner (n3's stale
 	// view) reaches n2's internal subject and is routed on to n1.
-	stale := &RoutedSender{Node: "n3", NC: n2.rs.NC, Local: &recordingActors{}, Router: view{p: newPlacement("n2"), node: "n3"}}
+	stale := &RoutedSender{Node: "n3", NC: n2.rs.NC, Local: &countingActors{}, Router: view{p: newPlacement("n2"), node: "n3"}}
 	answeredOK(t, sendVia(stale, 0))
 	if n1.served() != 2 || n2.served() != 2 {
 		t.Fatalf("n1 served %d, n2 %d; want the call routed on to n1", n1.served(), n2.served())

@@ -57,12 +57,27 @@ func (v view) Changed() <-chan struct{} {
 
 func (v view) Kick() {}
 
-// countingActors answers every call at once and counts them.
-type countingActors struct{ n atomic.Int64 }
+// countingActors answers every call at once, counts them and keeps the
+// last.
+type countingActors struct {
+	n    atomic.Int64
+	mu   sync.Mutex
+	last *actors.Message
+}
 
 func (a *countingActors) Send(_ string, m *actors.Message) {
 	a.n.Add(1)
+	a.mu.Lock()
+	a.last = m
+	a.mu.Unlock()
 	m.Reply(api.EnqueueReply{Results: []api.EnqueueResult{{ID: "j", Outcome: api.OutcomeEnqueued}}}, nil)
+}
+
+// lastMessage is the last call it took.
+func (a *countingActors) lastMessage() *actors.Message {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last
 }
 
 type headerAuth struct{}
@@ -150,31 +165,17 @@ func TestCallsGoStraightToTheOwner(t *testing.T) {
 	defer c.Close()
 	enqueue := enqueuer(t, c)
 	enqueue(1) // learns the owner, through n2 or not
-	before := n2.svc.Forwarded()
-	enqueue(50)
-	if got := n1.actors.n.Load(); got != 51 {
-		t.Fatalf("owner n1 served %d calls, want 51", got)
-	}
-	if got := n2.svc.Forwarded() - before; got != 0 {
-		t.Fatalf("n2 forwarded %d calls after the owner named itself, want 0", got)
-	}
+	goesStraightTo(t, enqueue, n1, n2)
 
 	// The namespace moves to n2: n1 forwards the next call, whose reply
 	// names n2.
 	p.move("n2")
-	before = n1.svc.Forwarded()
+	before := n1.svc.Forwarded()
 	enqueue(1)
 	if got := n1.svc.Forwarded() - before; got != 1 {
 		t.Fatalf("n1 forwarded %d calls right after the move, want 1", got)
 	}
-	before = n1.svc.Forwarded()
-	enqueue(50)
-	if got := n2.actors.n.Load(); got != 51 {
-		t.Fatalf("new owner n2 served %d calls, want 51", got)
-	}
-	if got := n1.svc.Forwarded() - before; got != 0 {
-		t.Fatalf("n1 forwarded %d calls after the move, want 0", got)
-	}
+	goesStraightTo(t, enqueue, n2, n1)
 
 	// No node holds it: the call waits at n2 for an owner (here it is
 	// given one).
@@ -191,6 +192,20 @@ func TestCallsGoStraightToTheOwner(t *testing.T) {
 	}
 	if got := n1.actors.n.Load(); got != 52 {
 		t.Fatalf("n1 served %d calls, want 52", got)
+	}
+}
+
+// goesStraightTo checks that 50 calls all reach owner, and that other
+// forwards none of them.
+func goesStraightTo(t *testing.T, enqueue func(int), owner, other *ownerNode) {
+	t.Helper()
+	served, forwarded := owner.actors.n.Load(), other.svc.Forwarded()
+	enqueue(50)
+	if got := owner.actors.n.Load() - served; got != 50 {
+		t.Fatalf("owner %s served %d of 50 calls", owner.id, got)
+	}
+	if got := other.svc.Forwarded() - forwarded; got != 0 {
+		t.Fatalf("%s forwarded %d calls after the owner named itself, want 0", other.id, got)
 	}
 }
 

@@ -509,41 +509,17 @@ func TestClusterGracefulLeave(t *testing.T) {
 		prod := c.token("acme", "producer")
 		survivors := c.members[1:]
 		producers := c.clients(prod, survivors...)
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		var ok, failed atomic.Int64
-		for i := 0; i < 8; i++ {
-			wg.Add(1)
-			go func(p *client.Client) {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if _, err := p.Enqueue(context.Background(), job("q", "t")); err != nil {
-						failed.Add(1)
-						t.Errorf("enqueue during the hand-over: %v", err)
-					} else {
-						ok.Add(1)
-					}
-				}
-			}(producers[i%2])
-		}
-		for ok.Load() < 200 {
-			waitFor(10 * time.Millisecond)
-		}
+		l := startLoad(8, func(i int) error {
+			_, err := producers[i%2].Enqueue(context.Background(), job("q", "t"))
+			return err
+		}, func(_ time.Time, err error) { t.Errorf("enqueue during the hand-over: %v", err) })
+		l.waitOK(200)
 		c.members[0].signal(syscall.SIGTERM)
 		c.settled(survivors...)
-		before := ok.Load()
-		for ok.Load() < before+200 {
-			waitFor(10 * time.Millisecond)
-		}
-		close(stop)
-		wg.Wait()
-		if failed.Load() != 0 {
-			t.Fatalf("%d calls failed during the hand-over (%d succeeded)", failed.Load(), ok.Load())
+		l.waitOK(200)
+		l.stop()
+		if l.failed.Load() != 0 {
+			t.Fatalf("%d calls failed during the hand-over (%d succeeded)", l.failed.Load(), l.ok.Load())
 		}
 	})
 }
@@ -589,51 +565,76 @@ func TestClusterOwnersGracefulLeaveUnderLoad(t *testing.T) {
 			for round := 0; round < 2; round++ {
 				owner, rest := c.ownerOf("acme", c.members)
 				enqueue := surface.connect(rest[0])
-				stop := make(chan struct{})
-				var wg sync.WaitGroup
-				var ok, failed, began atomic.Int64
-				for i := 0; i < surface.callers; i++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for {
-							select {
-							case <-stop:
-								return
-							default:
-							}
-							sent := time.Now()
-							if err := enqueue(); err != nil {
-								if failed.Add(1) <= 3 {
-									t.Errorf("%s: enqueue sent %v after the SIGTERM to %s: %v", surface.name, sent.Sub(time.Unix(0, began.Load())).Round(time.Millisecond), owner.id, err)
-								}
-							} else {
-								ok.Add(1)
-							}
-						}
-					}()
-				}
-				for ok.Load() < 1000 {
-					waitFor(10 * time.Millisecond)
-				}
+				var began atomic.Int64
+				var shown atomic.Int64
+				l := startLoad(surface.callers, func(int) error { return enqueue() }, func(sent time.Time, err error) {
+					if shown.Add(1) <= 3 {
+						t.Errorf("%s: enqueue sent %v after the SIGTERM to %s: %v", surface.name, sent.Sub(time.Unix(0, began.Load())).Round(time.Millisecond), owner.id, err)
+					}
+				})
+				l.waitOK(1000)
 				began.Store(time.Now().UnixNano())
 				owner.signal(syscall.SIGTERM)
 				t.Logf("%s, round %d: %s stopped in %v", surface.name, round, owner.id, time.Since(time.Unix(0, began.Load())).Round(time.Millisecond))
 				c.settled(rest...)
-				before := ok.Load()
-				for ok.Load() < before+1000 && failed.Load() == 0 {
-					waitFor(10 * time.Millisecond)
-				}
-				close(stop)
-				wg.Wait()
-				if failed.Load() != 0 {
-					t.Fatalf("%s, round %d: %d calls failed while %s stopped (%d succeeded); the nodes' logs:\n%s", surface.name, round, failed.Load(), owner.id, ok.Load(), c.logs())
+				l.waitOK(1000)
+				l.stop()
+				if l.failed.Load() != 0 {
+					t.Fatalf("%s, round %d: %d calls failed while %s stopped (%d succeeded); the nodes' logs:\n%s", surface.name, round, l.failed.Load(), owner.id, l.ok.Load(), c.logs())
 				}
 				owner.start()
 				c.settled(c.members...)
 			}
 		}
 	})
+}
+
+// load is callers goroutines each calling in a closed loop until stop.
+type load struct {
+	ok, failed atomic.Int64
+	done       chan struct{}
+	wg         sync.WaitGroup
+}
+
+// startLoad starts callers goroutines calling call(i) (i the goroutine's
+// number); fail gets each error and when its call was sent.
+func startLoad(callers int, call func(i int) error, fail func(sent time.Time, err error)) *load {
+	l := &load{done: make(chan struct{})}
+	for i := 0; i < callers; i++ {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for {
+				select {
+				case <-l.done:
+					return
+				default:
+				}
+				sent := time.Now()
+				if err := call(i); err != nil {
+					l.failed.Add(1)
+					fail(sent, err)
+				} else {
+					l.ok.Add(1)
+				}
+			}
+		}()
+	}
+	return l
+}
+
+// waitOK waits until n more calls succeeded, or one failed.
+func (l *load) waitOK(n int64) {
+	target := l.ok.Load() + n
+	for l.ok.Load() < target && l.failed.Load() == 0 {
+		waitFor(10 * time.Millisecond)
+	}
+}
+
+// stop ends the loops and waits for the calls in flight.
+func (l *load) stop() {
+	close(l.done)
+	l.wg.Wait()
 }
 
 // One maintenance leader, named by GET /v1/cluster on every node, and a
