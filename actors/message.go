@@ -69,6 +69,10 @@ type Message struct {
 	// Hops is how many nodes handed the call on to another (bus): it
 	// bounds a hand-off loop while nodes disagree on the owner.
 	Hops int
+	// OwnerBy, once set, ends the call's wait for its namespace's owner
+	// (a hand-over, a failover, nodes disagreeing), on whichever nodes it
+	// waits (bus): zero until it first waits.
+	OwnerBy time.Time
 
 	replied atomic.Bool
 	box     *outbox // the actor's, set when it is sent there

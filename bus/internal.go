@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"sync"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +33,9 @@ type internalOp struct {
 	AnswerWithinMS int64 `json:"answer_within_ms,omitempty"`
 	// Hops counts the nodes that handed the call on (actors.Message.Hops).
 	Hops int `json:"hops,omitempty"`
+	// OwnerWithinMS is Message.OwnerBy as the time left when sent: what
+	// remains of the call's wait for its namespace's owner.
+	OwnerWithinMS int64 `json:"owner_within_ms,omitempty"`
 	// Invalidate, instead of a call, tells the owner to drop its copy of
 	// the namespace's quota (Revision > 0) or configuration.
 	Invalidate bool  `json:"invalidate,omitempty"`
@@ -66,24 +69,6 @@ type RoutedSender struct {
 	pending atomic.Int64
 	// blocked counts the times a call's wait for an owner blocked.
 	blocked atomic.Int64
-	// left is closed by Left.
-	leftOnce, closeOnce sync.Once
-	left                chan struct{}
-}
-
-// leftCh is the channel Left closes.
-func (r *RoutedSender) leftCh() chan struct{} {
-	r.leftOnce.Do(func() { r.left = make(chan struct{}) })
-	return r.left
-}
-
-// Left tells the sender this node is leaving the cluster: it no longer
-// follows the placement, so it passes every call for a namespace not its
-// own on at once, marked to wait at the receiver rather than come back,
-// and waits for nothing itself (Service.Left).
-func (r *RoutedSender) Left() {
-	c := r.leftCh()
-	r.closeOnce.Do(func() { close(c) })
 }
 
 // Wait returns once every call forwarded to another node has been
@@ -114,7 +99,7 @@ func (r *RoutedSender) Send(ns string, m *actors.Message) {
 		return
 	}
 	owner, mine := r.Router.Owner(ns)
-	left := isClosed(r.leftCh())
+	left := isClosed(r.Router.Leaving())
 	switch {
 	case mine:
 		r.Local.Send(ns, m)
@@ -135,10 +120,13 @@ func (r *RoutedSender) Send(ns string, m *actors.Message) {
 			// A call handed on maxHops times already (nodes disagree)
 			// waits for the placement to move on before it goes again.
 			usable := func(o string, mine, moved bool) bool { return mine || (r.reachable(o) && (m.Hops < maxHops || moved)) }
-			if awaitOwner(context.Background(), r.Router, ns, since, r.leftCh(), usable, time.Now().Add(parkFor), func() { r.blocked.Add(1) }) == nil {
+			if m.OwnerBy.IsZero() {
+				m.OwnerBy = time.Now().Add(parkFor)
+			}
+			if awaitOwner(context.Background(), r.Router, ns, since, r.Router.Leaving(), usable, m.OwnerBy, func() { r.blocked.Add(1) }) == nil {
 				if owner, mine := r.Router.Owner(ns); !mine && r.reachable(owner) {
 					m.Hops = 0
-					if isClosed(r.leftCh()) {
+					if isClosed(r.Router.Leaving()) {
 						m.Hops = maxHops - 1
 					}
 					r.forward(owner, ns, m)
@@ -182,11 +170,9 @@ func (r *RoutedSender) forward(owner, ns string, m *actors.Message) {
 		m.Reply(nil, api.Errorf(api.CodeInternal, "", "encode %s: %v", m.Op, err))
 		return
 	}
-	op := internalOp{Namespace: ns, Op: m.Op, Body: body, AutoRetry: m.AutoRetry, Paced: m.Paced, Hops: m.Hops + 1}
-	if !m.AnswerBy.IsZero() {
-		// At least 1 ms: zero would mean no deadline.
-		op.AnswerWithinMS = max(time.Until(m.AnswerBy).Milliseconds(), 1)
-	}
+	now := time.Now()
+	op := internalOp{Namespace: ns, Op: m.Op, Body: body, AutoRetry: m.AutoRetry, Paced: m.Paced, Hops: m.Hops + 1,
+		AnswerWithinMS: timeLeftMS(now, m.AnswerBy), OwnerWithinMS: timeLeftMS(now, m.OwnerBy)}
 	data, _ := json.Marshal(op)
 	timeout := r.Timeout
 	if timeout <= 0 {
@@ -275,6 +261,9 @@ func decodePtr[T any](data []byte) (any, error) {
 // ServeInternalOps takes the calls other nodes route to this node's
 // actors, and their requests to drop a cached copy (SyncPublisher).
 func ServeInternalOps(nc *nats.Conn, node string, local Sender, inv Invalidator, log *slog.Logger) (*nats.Subscription, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	sub, err := nc.Subscribe(api.SubjectInternalOp(node), func(msg *nats.Msg) {
 		answer := func(body any, e *api.Error) {
 			rep := internalReply{Error: e}
@@ -311,10 +300,9 @@ func ServeInternalOps(nc *nats.Conn, node string, local Sender, inv Invalidator,
 			answer(nil, api.BadRequest("%v", err))
 			return
 		}
-		m := &actors.Message{Op: op.Op, Body: body, AutoRetry: op.AutoRetry, Paced: op.Paced, Hops: op.Hops, Reply: answer}
-		if op.AnswerWithinMS > 0 {
-			m.AnswerBy = time.Now().Add(time.Duration(op.AnswerWithinMS) * time.Millisecond)
-		}
+		now := time.Now()
+		m := &actors.Message{Op: op.Op, Body: body, AutoRetry: op.AutoRetry, Paced: op.Paced, Hops: op.Hops, Reply: answer,
+			AnswerBy: endIn(now, op.AnswerWithinMS, 0), OwnerBy: endIn(now, op.OwnerWithinMS, parkFor)}
 		local.Send(op.Namespace, m)
 	})
 	if err != nil {
@@ -365,4 +353,27 @@ func (p SyncPublisher) confirm(op internalOp) {
 	if _, err := p.NC.Request(api.SubjectInternalOp(owner), data, timeout); err != nil && p.Log != nil {
 		p.Log.Warn("the namespace's owner did not confirm a change; the broadcast and the cache TTL bound it", "namespace", op.Namespace, "err", err)
 	}
+}
+
+// timeLeftMS is how long from now until t, in milliseconds, to send to another node
+// (nodes' clocks differ, so a time crosses as the time left): 0 for no t,
+// at least 1 for a t already past (0 would mean none).
+func timeLeftMS(now, t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return max(t.Sub(now).Milliseconds(), 1)
+}
+
+// endIn is the time ms after now (timeLeftMS's receiving end): zero for 0
+// or less, and no later than upTo from now when upTo is not 0.
+func endIn(now time.Time, ms int64, upTo time.Duration) time.Time {
+	if ms <= 0 {
+		return time.Time{}
+	}
+	d := time.Duration(min(ms, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond
+	if upTo > 0 {
+		d = min(d, upTo)
+	}
+	return now.Add(d)
 }

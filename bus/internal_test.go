@@ -81,7 +81,7 @@ func startRoutedNode(t *testing.T, b *authBus, id string, p *placement) *routedN
 	}
 	t.Cleanup(nc.Close)
 	n := &routedNode{local: &countingActors{}}
-	n.rs = &RoutedSender{Node: id, NC: nc, Local: n.local, Router: view{p: p, node: id},
+	n.rs = &RoutedSender{Node: id, NC: nc, Local: n.local, Router: newView(p, id),
 		Interest: b.srv.GlobalAccount().SubscriptionInterest}
 	// As on a node: calls from other nodes are routed again.
 	sub, err := ServeInternalOps(nc, id, countingSender{&n.received, n.rs}, nil, nil)
@@ -230,13 +230,13 @@ func TestHandOffGoesOnlyToALiveOwner(t *testing.T) {
 	}
 }
 
-// A leaving node's sender (Left) passes a call on to the next owner at
+// A leaving node's sender (Router.Leaving) passes a call on to the next owner at
 // once, marked to wait there, and waits for nothing itself.
 func TestALeavingNodesRoutedCallsWaitAtTheNextOwner(t *testing.T) {
 	b := startAuthBus(t)
 	p1, p2 := newPlacement("n2"), newPlacement("n1") // n2 lags behind
 	n1, n2 := startRoutedNode(t, b, "n1", p1), startRoutedNode(t, b, "n2", p2)
-	n1.rs.Left()
+	n1.rs.Router.(view).leave()
 	waiting := sendVia(n1.rs, 0)
 	n2.waitParked(t)
 	p2.move("n2")
@@ -293,5 +293,33 @@ func TestRoutedSenderWaitsForTheAnswersOfItsCalls(t *testing.T) {
 	answeredOK(t, answered)
 	if err := n1.rs.Wait(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A node's own call between two nodes that keep disagreeing goes back and
+// forth with its wait for an owner (owner_within_ms): once parkFor is
+// spent in all, the actors of the node it is on answer it (on a node:
+// "moving between nodes"), instead of a new wait at each node it reaches
+// until the caller gives up.
+func TestARoutedCallsWaitForAnOwnerIsBoundedAcrossNodes(t *testing.T) {
+	t.Parallel()
+	b := startAuthBus(t)
+	p1, p2 := newPlacement("n2"), newPlacement("n1")
+	n1, n2 := startRoutedNode(t, b, "n1", p1), startRoutedNode(t, b, "n2", p2)
+	ticking(t, map[*placement]string{p1: "n2", p2: "n1"})
+	answered := sendVia(n1.rs, 0)
+	select {
+	case e := <-answered:
+		if e != nil {
+			t.Fatal(e)
+		}
+	case <-time.After(4 * parkFor):
+		t.Fatalf("no answer in %v (handed on %d times)", 4*parkFor, n1.received.Load()+n2.received.Load())
+	}
+	if n1.served()+n2.served() != 1 {
+		t.Fatalf("n1 served %d, n2 %d; want one of them to answer it", n1.served(), n2.served())
+	}
+	if got := n1.received.Load() + n2.received.Load(); got <= 2*maxHops {
+		t.Fatalf("handed on %d times: the call did not go round", got)
 	}
 }

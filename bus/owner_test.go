@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,7 +42,18 @@ func (p *placement) move(owner string) {
 type view struct {
 	p    *placement
 	node string
+	// left is closed when the node leaves (nil: it never does).
+	left chan struct{}
 }
+
+func newView(p *placement, node string) view {
+	return view{p: p, node: node, left: make(chan struct{})}
+}
+
+// leave marks the node leaving the cluster, as cluster.Cluster.Leave does.
+func (v view) leave() { close(v.left) }
+
+func (v view) Leaving() <-chan struct{} { return v.left }
 
 func (v view) Owner(string) (string, bool) {
 	v.p.mu.Lock()
@@ -94,6 +106,7 @@ type ownerNode struct {
 	svc    *Service
 	actors *countingActors
 	nc     *nats.Conn
+	view   view
 }
 
 // subject is the node's owner subject for enqueue.
@@ -109,7 +122,8 @@ func startOwnerNode(t *testing.T, b *authBus, id string, p *placement) *ownerNod
 	}
 	t.Cleanup(nc.Close)
 	a := &countingActors{}
-	svc, err := NewService(context.Background(), nc, id, a, headerAuth{}, view{p: p, node: id}, nil)
+	v := newView(p, id)
+	svc, err := NewService(context.Background(), nc, id, a, headerAuth{}, v, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +131,7 @@ func startOwnerNode(t *testing.T, b *authBus, id string, p *placement) *ownerNod
 		_ = svc.Stop(context.Background())
 		_ = svc.StopDirect(context.Background())
 	})
-	return &ownerNode{id: id, svc: svc, actors: a, nc: nc}
+	return &ownerNode{id: id, svc: svc, actors: a, nc: nc, view: v}
 }
 
 // waitListening waits until someone takes subject on the server.
@@ -398,7 +412,7 @@ func TestOwnerSubjects(t *testing.T) {
 	}
 }
 
-// A node that is leaving (Left) passes a call for a namespace it gave up
+// A node that is leaving (Router.Leaving) passes a call for a namespace it gave up
 // to the next owner at once, marked so that the next owner, which still
 // sees the leaving node holding it, waits for its placement to move on
 // rather than send the call back.
@@ -409,7 +423,7 @@ func TestALeavingNodesCallsWaitAtTheNextOwner(t *testing.T) {
 	n1 := startOwnerNode(t, b, "n1", p1)
 	n2 := startOwnerNode(t, b, "n2", p2)
 	waitListening(t, b, n1.subject(), true)
-	n1.svc.Left()
+	n1.view.leave()
 	raw, _ := b.connect(t, producerTok)
 	msg := &nats.Msg{Subject: n1.subject(), Data: []byte(`{"jobs":[{"queue":"q","task":"t"}]}`), Header: nats.Header{}}
 	msg.Header.Set(api.HeaderAuthorization, "Bearer "+producerTok)
@@ -431,5 +445,61 @@ func TestALeavingNodesCallsWaitAtTheNextOwner(t *testing.T) {
 	}
 	if n2.actors.n.Load() != 1 || n1.actors.n.Load() != 0 {
 		t.Fatalf("n1 served %d, n2 %d; want n2 to serve it", n1.actors.n.Load(), n2.actors.n.Load())
+	}
+}
+
+// ticking moves each placement to the owner it already names, again and
+// again, as a cluster's ticks do, until the test ends.
+func ticking(t *testing.T, ps map[*placement]string) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	t.Cleanup(func() { close(stop); <-done })
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				for p, owner := range ps {
+					p.move(owner)
+				}
+			}
+		}
+	}()
+}
+
+// Two nodes that keep disagreeing (each sees the other as the owner) while
+// their placement keeps moving send a call back and forth, and it waits at
+// each between rounds: its wait for an owner goes with it (Fq-Owner-Within),
+// so once parkFor is spent in all it is refused UNAVAILABLE, rather than
+// bouncing, a new wait at each node, until its caller gives up.
+func TestAForwardedCallsWaitForAnOwnerIsBoundedAcrossNodes(t *testing.T) {
+	t.Parallel()
+	b := startAuthBus(t)
+	b.node.Close()
+	p1, p2 := newPlacement("n2"), newPlacement("n1")
+	n1 := startOwnerNode(t, b, "n1", p1)
+	n2 := startOwnerNode(t, b, "n2", p2)
+	waitListening(t, b, api.SubjectForward("n1"), true)
+	waitListening(t, b, api.SubjectForward("n2"), true)
+	ticking(t, map[*placement]string{p1: "n2", p2: "n1"})
+	raw, _ := b.connect(t, producerTok)
+	msg := &nats.Msg{Subject: api.SubjectEnqueue, Data: []byte(`{"jobs":[{"queue":"q","task":"t"}]}`), Header: nats.Header{}}
+	msg.Header.Set(api.HeaderAuthorization, "Bearer "+producerTok)
+	reply, err := raw.RequestMsg(msg, 4*parkFor)
+	if err != nil {
+		t.Fatalf("no answer in %v (forwarded %d times): %v", 4*parkFor, n1.svc.Forwarded()+n2.svc.Forwarded(), err)
+	}
+	if code := reply.Header.Get(api.HeaderErrorCode); code != "503" || !strings.Contains(string(reply.Data), "no node holds namespace") {
+		t.Fatalf("answered %q %s; want 503, no node holds the namespace", code, reply.Data)
+	}
+	if f := n1.svc.Forwarded() + n2.svc.Forwarded(); f <= 2*maxHops {
+		t.Fatalf("forwarded %d times: the call did not go round", f)
+	}
+	if n1.actors.n.Load()+n2.actors.n.Load() != 0 {
+		t.Fatal("an actor took the call")
 	}
 }

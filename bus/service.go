@@ -73,9 +73,6 @@ type Service struct {
 
 	// stopped and directStopped make Stop and StopDirect act once.
 	stopped, directStopped sync.Once
-	// left is closed by Left.
-	left     chan struct{}
-	leftOnce sync.Once
 }
 
 // Router places namespaces on nodes (cluster.Cluster).
@@ -87,6 +84,11 @@ type Router interface {
 	Changed() <-chan struct{}
 	// Kick asks for a placement round now.
 	Kick()
+	// Leaving is closed once this node has begun to leave the cluster:
+	// its placement no longer moves, so a call for a namespace not its
+	// own is passed on at once, marked to wait at the receiver rather
+	// than come back, and nothing waits here.
+	Leaving() <-chan struct{}
 }
 
 // inbound is a request as the service sees it: taken from a client through
@@ -116,7 +118,7 @@ func NewService(ctx context.Context, nc *nats.Conn, nodeID string, sender Sender
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{nc: nc, sender: sender, authn: authn, log: log, router: router, nodeID: nodeID, handles: map[string]func(inbound){}, now: time.Now, left: make(chan struct{})}
+	s := &Service{nc: nc, sender: sender, authn: authn, log: log, router: router, nodeID: nodeID, handles: map[string]func(inbound){}, now: time.Now}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	before := nc.NumSubscriptions()
 	svc, err := micro.AddService(nc, micro.Config{
@@ -186,11 +188,13 @@ func (s *Service) directed(m *nats.Msg) {
 	h(inbound{subject: subject, data: m.Data, header: m.Header, reply: m.Reply})
 }
 
-// Forwarding headers: the subject the client called, and how many nodes
-// the call has crossed.
+// Forwarding headers: the subject the client called, how many nodes the
+// call has crossed, and what is left of its wait for an owner
+// (inbound.parkedUntil, in milliseconds) once it has waited.
 const (
 	headerForwardSubject = "Fq-Subject"
 	headerForwardHops    = "Fq-Hops"
+	headerForwardOwnerMS = "Fq-Owner-Within"
 	// maxHops bounds forwarding while nodes disagree on placement: a call
 	// then waits for the placement to settle instead.
 	maxHops = 2
@@ -221,7 +225,8 @@ func (s *Service) forwarded(m *nats.Msg) {
 		return
 	}
 	hops, _ := strconv.Atoi(m.Header.Get(headerForwardHops))
-	h(inbound{subject: subject, data: m.Data, header: m.Header, reply: m.Reply, hops: hops})
+	within, _ := strconv.ParseInt(m.Header.Get(headerForwardOwnerMS), 10, 64)
+	h(inbound{subject: subject, data: m.Data, header: m.Header, reply: m.Reply, hops: hops, parkedUntil: endIn(s.now(), within, parkFor)})
 }
 
 // route sends the call to the node that owns ns: here it returns true and
@@ -233,7 +238,7 @@ func (s *Service) route(in inbound, ns string, again func(inbound)) bool {
 		return true
 	}
 	owner, mine := s.router.Owner(ns)
-	left := isClosed(s.left)
+	left := isClosed(s.router.Leaving())
 	switch {
 	case mine:
 		return true
@@ -251,6 +256,13 @@ func (s *Service) route(in inbound, ns string, again func(inbound)) bool {
 		}
 		msg.Header.Set(headerForwardSubject, in.subject)
 		msg.Header.Set(headerForwardHops, strconv.Itoa(hops))
+		// A call that waited here before goes on with what is left of its
+		// wait: nodes that keep disagreeing bounce it for parkFor in all,
+		// not parkFor at each node it reaches.
+		msg.Header.Del(headerForwardOwnerMS)
+		if ms := timeLeftMS(s.now(), in.parkedUntil); ms > 0 {
+			msg.Header.Set(headerForwardOwnerMS, strconv.FormatInt(ms, 10))
+		}
 		s.forwards.Add(1)
 		if err := s.nc.PublishMsg(msg); err != nil {
 			s.fail(in, api.Errorf(api.CodeUnavailable, "", "cannot forward to the node owning the namespace: %v", err))
@@ -277,7 +289,7 @@ func (s *Service) route(in inbound, ns string, again func(inbound)) bool {
 		// A call forwarded maxHops times already (nodes disagree) waits
 		// for the placement to move on before it is forwarded again.
 		usable := func(o string, m, moved bool) bool { return m || (s.forwardable(o) && (in.hops < maxHops || moved)) }
-		switch err := awaitOwner(s.ctx, s.router, ns, since, s.left, usable, in.parkedUntil, nil); {
+		switch err := awaitOwner(s.ctx, s.router, ns, since, s.router.Leaving(), usable, in.parkedUntil, nil); {
 		case err == nil:
 			in.hops = 0
 			again(in)
@@ -510,12 +522,6 @@ func (s *Service) stop(ctx context.Context) error {
 	}
 	return nil
 }
-
-// Left tells the service this node is leaving the cluster: it no longer
-// follows the placement, so it passes every call for a namespace not its
-// own on at once, marked to wait at the receiver rather than come back,
-// and waits for nothing itself.
-func (s *Service) Left() { s.leftOnce.Do(func() { close(s.left) }) }
 
 // isClosed says c is closed.
 func isClosed(c <-chan struct{}) bool {

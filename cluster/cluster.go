@@ -178,10 +178,12 @@ type Cluster struct {
 	// may act on each: the store's expiry less a margin, counted from
 	// before the acquire was sent, so the node stops acting before anyone
 	// else may take over.
-	held    map[string]heldLease
-	ready   bool
-	leaving bool
-	kick    chan struct{}
+	held  map[string]heldLease
+	ready bool
+	// left is closed when Leave begins: from then on the node follows
+	// the placement no more (Leaving).
+	left chan struct{}
+	kick chan struct{}
 	// turn is held by a tick from start to end, and by Leave while it
 	// marks the node leaving: a tick already under way when Leave begins
 	// would otherwise install (and renew) the leases Leave just gave up,
@@ -214,7 +216,7 @@ func New(cfg Config) *Cluster {
 	if cfg.Info == nil {
 		cfg.Info = func() store.MemberInfo { return store.MemberInfo{} }
 	}
-	return &Cluster{cfg: cfg, leases: map[string]store.Lease{}, held: map[string]heldLease{}, ready: true, kick: make(chan struct{}, 1), turn: make(chan struct{}, 1), changed: make(chan struct{})}
+	return &Cluster{cfg: cfg, leases: map[string]store.Lease{}, held: map[string]heldLease{}, ready: true, kick: make(chan struct{}, 1), turn: make(chan struct{}, 1), changed: make(chan struct{}), left: make(chan struct{})}
 }
 
 // Node is this node's id.
@@ -259,8 +261,8 @@ func (c *Cluster) Tick(ctx context.Context) {
 	start := c.cfg.Now()
 	info := c.cfg.Info()
 	c.mu.Lock()
-	info.Ready = c.ready && !c.leaving
-	leaving := c.leaving
+	leaving := isClosed(c.left)
+	info.Ready = c.ready && !leaving
 	c.mu.Unlock()
 	info.Maintenance = c.cfg.Maintenance
 	if leaving {
@@ -390,7 +392,7 @@ func (c *Cluster) Route(ns string) (owner string, fence *store.Fence, mine bool)
 		return l.Holder, nil, false
 	}
 	members := c.members
-	if c.leaving {
+	if isClosed(c.left) {
 		members = slices.DeleteFunc(slices.Clone(members), func(m store.Member) bool { return m.Node == c.cfg.Node })
 	}
 	return DesiredOwner(members, PartitionOf(ns)), nil, false
@@ -418,6 +420,20 @@ func (c *Cluster) Partitions() []int {
 		}
 	}
 	return out
+}
+
+// Leaving is closed once the node has begun to leave the cluster (Leave):
+// its placement no longer moves, and the namespaces it held are the next
+// owners' already in its view.
+func (c *Cluster) Leaving() <-chan struct{} { return c.left }
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // Changed is closed after the next tick.
@@ -497,7 +513,11 @@ func (c *Cluster) Leave(ctx context.Context, drain func(ctx context.Context)) er
 	case <-ctx.Done():
 	}
 	c.mu.Lock()
-	c.leaving = true
+	// Closed before changed, under the lock Route reads under: a call
+	// woken by the change sees the node leaving.
+	if !isClosed(c.left) {
+		close(c.left)
+	}
 	var names []string
 	for name := range c.held {
 		names = append(names, name)

@@ -373,3 +373,44 @@ func TestPlacementMovesOnlyTheLostNodesShare(t *testing.T) {
 		t.Fatalf("c had %d of %d partitions", moved, Partitions)
 	}
 }
+
+// Leaving closes when Leave begins, before the change that gives the
+// node's namespaces to the next owners: a call woken by that change sees
+// the node leaving (and is passed on marked, not sent back to it).
+func TestLeavingClosesBeforeTheLeaveIsSeen(t *testing.T) {
+	tc := newTestCluster("a", "c")
+	settle(t, tc, 4, "a", "c")
+	c := tc.nodes["c"]
+	var ns string
+	for i := 0; ns == ""; i++ {
+		if _, mine := c.Owner(fmt.Sprintf("ns%d", i)); mine {
+			ns = fmt.Sprintf("ns%d", i)
+		}
+	}
+	select {
+	case <-c.Leaving():
+		t.Fatal("Leaving is closed before the node leaves")
+	default:
+	}
+	changed := c.Changed()
+	seen := make(chan bool, 1)
+	go func() {
+		<-changed
+		owner, mine := c.Owner(ns)
+		select {
+		case <-c.Leaving():
+			seen <- owner == "a" && !mine
+		default:
+			seen <- false
+		}
+	}()
+	// drain runs after the change, before the leases are released: the
+	// call looks while Leave is still under way.
+	var ok bool
+	if err := c.Leave(context.Background(), func(context.Context) { ok = <-seen }); err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Fatal("woken by the leave, the call saw the node not leaving, or not the next owner")
+	}
+}

@@ -392,14 +392,11 @@ func (n *Node) Stop(ctx context.Context) error {
 			n.cancel() // maintenance loops
 		}
 		if n.cluster != nil {
-			// From here on it follows the placement no more: a call for
-			// a namespace it has given up goes on to the next owner at
-			// once, marked to wait there for the lease rather than come
-			// back (the next owner still sees this node holding it).
-			if n.service != nil {
-				n.service.Left()
-			}
-			n.sender.Left()
+			// From here on it follows the placement no more
+			// (Cluster.Leaving): a call for a namespace it has given up
+			// goes on to the next owner at once, marked to wait there for
+			// the lease rather than come back (the next owner still sees
+			// this node holding it).
 			if err := n.leaveCluster(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("leave the cluster: %w", err))
 			}
