@@ -97,6 +97,15 @@ func NewServer(h http.Handler, log *slog.Logger, b Bounds) *http.Server {
 // connKey finds a request's connection in its context.
 type connKey struct{}
 
+// doorConnOf is the door's own connection under c, which TLS may wrap.
+func doorConnOf(c any) (*doorConn, bool) {
+	if t, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = t.NetConn()
+	}
+	dc, ok := c.(*doorConn)
+	return dc, ok
+}
+
 // bounded applies the per-request bounds and the overflow rule.
 type bounded struct {
 	h   http.Handler
@@ -105,7 +114,7 @@ type bounded struct {
 }
 
 func (d *bounded) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if c, ok := r.Context().Value(connKey{}).(*doorConn); ok && c.overflow {
+	if c, ok := doorConnOf(r.Context().Value(connKey{})); ok && c.overflow {
 		// Past the cap: one answer, then the connection closes and frees
 		// its place in the reserve.
 		w.Header().Set("Connection", "close")

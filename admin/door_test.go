@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flexiq/flexiq/internal/testcert"
 )
 
 // failsafe bounds every client read of these tests, so a door that never
@@ -259,5 +262,50 @@ func TestStalledReaderIsCut(t *testing.T) {
 		}
 	case <-time.After(failsafe):
 		t.Fatalf("an answer nobody reads still blocks after %v", failsafe)
+	}
+}
+
+// Behind TLS (fq-node --tls-cert wraps the door's listener), a request on a
+// connection past the cap is still refused, naming the limit: the door
+// finds its own connection under the TLS one.
+func TestFullDoorOverTLSRefusesPastTheCap(t *testing.T) {
+	certFile, keyFile := testcert.Write(t, t.TempDir(), 1)
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := Listen("127.0.0.1:0", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(okHandler, nil, Bounds{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(tls.NewListener(inner, &tls.Config{Certificates: []tls.Certificate{pair}}))
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+	pool := testcert.Pool(t, certFile)
+	dialTLS := func() (*tls.Conn, *bufio.Reader) {
+		c, err := tls.Dial("tcp", inner.Addr().String(), &tls.Config{RootCAs: pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if err := c.SetDeadline(time.Now().Add(failsafe)); err != nil {
+			t.Fatal(err)
+		}
+		return c, bufio.NewReader(c)
+	}
+	held, br := dialTLS()
+	if resp, _ := get(t, held, br, "/x"); resp.StatusCode != 200 {
+		t.Fatalf("first connection: %d", resp.StatusCode)
+	}
+	c, br := dialTLS()
+	if resp, body := get(t, c, br, "/x"); resp.StatusCode != 503 || !strings.Contains(body, "limit of 1 connections") {
+		t.Fatalf("a request past the cap over TLS: %d %s, want 503 naming the limit", resp.StatusCode, body)
 	}
 }

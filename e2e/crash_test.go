@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/client"
+	"github.com/flexiq/flexiq/internal/testcert"
 )
 
 // fqNode builds the node binary once per test binary.
@@ -74,7 +76,26 @@ type proc struct {
 	bin, dir, storeURL    string
 	natsAddr, admin, root string
 	grpc                  string
-	cmd                   *exec.Cmd
+	// certFile and keyFile, when set, put TLS on the admin door and gRPC
+	// (--tls-cert, --tls-key).
+	certFile, keyFile string
+	cmd               *exec.Cmd
+}
+
+// adminURL is the admin door's URL.
+func (p *proc) adminURL() string {
+	if p.certFile != "" {
+		return "https://" + p.admin
+	}
+	return "http://" + p.admin
+}
+
+// httpClient talks to the admin door, trusting its certificate if any.
+func (p *proc) httpClient() *http.Client {
+	if p.certFile == "" {
+		return http.DefaultClient
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: testcert.Pool(p.t, p.certFile)}}}
 }
 
 // newProc is a node process of t's backend on free loopback ports, not
@@ -91,8 +112,12 @@ func newProc(t *testing.T) *proc {
 
 func (p *proc) start() {
 	p.t.Helper()
-	p.cmd = exec.Command(p.bin, "--data-dir", p.dir, "--store", p.storeURL, "--nats-listen", p.natsAddr,
-		"--admin-addr", p.admin, "--grpc-addr", p.grpc, "--root-token", p.root, "--node-id", "crash")
+	args := []string{"--data-dir", p.dir, "--store", p.storeURL, "--nats-listen", p.natsAddr,
+		"--admin-addr", p.admin, "--grpc-addr", p.grpc, "--root-token", p.root, "--node-id", "crash"}
+	if p.certFile != "" {
+		args = append(args, "--tls-cert", p.certFile, "--tls-key", p.keyFile)
+	}
+	p.cmd = exec.Command(p.bin, args...)
 	p.cmd.Env = append(os.Environ(), "FLEXIQ_MAINTENANCE=off")
 	logf, err := os.OpenFile(filepath.Join(p.dir, "node.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -104,7 +129,7 @@ func (p *proc) start() {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get("http://" + p.admin + "/healthz")
+		resp, err := p.httpClient().Get(p.adminURL() + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {

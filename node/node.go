@@ -7,6 +7,7 @@ package node
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -22,6 +23,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/flexiq/flexiq/actors"
 	"github.com/flexiq/flexiq/admin"
@@ -71,6 +74,9 @@ type Config struct {
 	NATSCreds string
 	// NATSTLSCert and NATSTLSKey put TLS on the embedded server.
 	NATSTLSCert, NATSTLSKey string
+	// TLSCert and TLSKey put TLS on the admin door (HTTPS) and the gRPC
+	// surface; the files are read again when they change.
+	TLSCert, TLSKey string
 	// IdleAfter passivates idle actors (default 1 minute).
 	IdleAfter time.Duration
 	// RefusalPace paces clients' quota refusals (docs/protocol.md,
@@ -116,15 +122,17 @@ type Node struct {
 	// History is the usage history the dashboard charts.
 	History *admin.History
 	// Cleaner is the retention sweep (nil when maintenance is off).
-	Cleaner  *retention.Cleaner
-	httpSrv  *http.Server
-	httpLn   net.Listener
-	grpcSrv  *grpcapi.Server
-	grpcLn   net.Listener
-	natsURL  string
-	natsAuth *bus.ClientAuth
-	callout  *bus.Callout
-	cluster  *cluster.Cluster
+	Cleaner *retention.Cleaner
+	httpSrv *http.Server
+	httpLn  net.Listener
+	// adminScheme is http, or https with Config.TLSCert.
+	adminScheme string
+	grpcSrv     *grpcapi.Server
+	grpcLn      net.Listener
+	natsURL     string
+	natsAuth    *bus.ClientAuth
+	callout     *bus.Callout
+	cluster     *cluster.Cluster
 	// clusterCtx ends the cluster loop, after the node left.
 	clusterCtx    context.Context
 	clusterCancel context.CancelFunc
@@ -157,7 +165,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if cfg.Store == "" {
 		cfg.Store = "sqlite://" + filepath.Join(cfg.DataDir, "flexiq.db")
 	}
-	n = &Node{cfg: cfg, log: cfg.Log.With("node", cfg.NodeID), adopt: newAdoption()}
+	n = &Node{cfg: cfg, log: cfg.Log.With("node", cfg.NodeID), adopt: newAdoption(), adminScheme: "http"}
 	defer func() {
 		if err != nil {
 			n.Stop(context.Background())
@@ -281,9 +289,20 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	// The admin door's bounds (docs/admin-api.md): at most admin.DefaultMaxConns
 	// connections, /healthz answering past them; requests cut after 10 s,
 	// idle connections after 60 s.
+	var certs *certFiles
+	if cfg.TLSCert != "" || cfg.TLSKey != "" {
+		if certs, err = loadCertFiles(cfg.TLSCert, cfg.TLSKey, n.log); err != nil {
+			return n, err
+		}
+	}
 	n.httpLn, err = admin.Listen(cfg.AdminAddr, admin.DefaultMaxConns)
 	if err != nil {
 		return n, fmt.Errorf("admin door on %s: %w", cfg.AdminAddr, err)
+	}
+	warnIfExposed(n.log, "the admin door", n.httpLn.Addr(), certs != nil)
+	if certs != nil {
+		n.httpLn = tls.NewListener(n.httpLn, certs.config())
+		n.adminScheme = "https"
 	}
 	adminDoor := admin.New(admin.Deps{
 		Store: n.Store, Auth: authn, Cache: n.Cache, Publisher: bus.SyncPublisher{Publisher: bus.Publisher{NC: n.nc}, Router: router, Log: n.log},
@@ -314,7 +333,12 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		if err != nil {
 			return n, fmt.Errorf("grpc on %s: %w", cfg.GRPCAddr, err)
 		}
-		n.grpcSrv = grpcapi.New(grpcapi.Deps{Auth: authn, Actors: n.sender, Admin: adminDoor, Log: n.log})
+		warnIfExposed(n.log, "gRPC", n.grpcLn.Addr(), certs != nil)
+		var opts []grpc.ServerOption
+		if certs != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(certs.config())))
+		}
+		n.grpcSrv = grpcapi.New(grpcapi.Deps{Auth: authn, Actors: n.sender, Admin: adminDoor, Log: n.log}, opts...)
 		n.bg.Add(1)
 		go func() {
 			defer n.bg.Done()
@@ -342,7 +366,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 func (n *Node) ID() string { return n.cfg.NodeID }
 
 // AdminURL is the admin door's base URL.
-func (n *Node) AdminURL() string { return "http://" + n.httpLn.Addr().String() }
+func (n *Node) AdminURL() string { return n.adminScheme + "://" + n.httpLn.Addr().String() }
 
 // GRPCAddr is the gRPC surface's address ("" when disabled).
 func (n *Node) GRPCAddr() string {

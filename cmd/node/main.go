@@ -69,7 +69,14 @@ func realMain(args []string, getenv func(string) string, stdout, stderr io.Write
 	fmt.Fprintf(stdout, "  store:      %s\n", storeLabel(cfg))
 	fmt.Fprintf(stdout, "  nats:       %s%s\n", redact.URL(n.NATSURL()), map[bool]string{true: " (embedded, authenticated)", false: ""}[cfg.NATSURL == ""])
 	fmt.Fprintf(stdout, "  admin door: %s\n", n.AdminURL())
-	fmt.Fprintf(stdout, "  grpc:       %s\n", map[bool]string{true: "off (--grpc-addr empty)", false: n.GRPCAddr()}[n.GRPCAddr() == ""])
+	grpcLine := n.GRPCAddr()
+	switch {
+	case grpcLine == "":
+		grpcLine = "off (--grpc-addr empty)"
+	case cfg.TLSCert != "":
+		grpcLine += " (TLS)"
+	}
+	fmt.Fprintf(stdout, "  grpc:       %s\n", grpcLine)
 	if f := n.TokenFile(); f != "" {
 		fmt.Fprintf(stdout, "  root token: written to %s\n", f)
 	} else {
@@ -177,6 +184,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		{"nats-creds", "FLEXIQ_NATS_CREDS", "with --nats-url: NATS credentials file for the node's connection", &cfg.NATSCreds},
 		{"nats-tls-cert", "FLEXIQ_NATS_TLS_CERT", "TLS certificate of the embedded server's client and route listeners", &cfg.NATSTLSCert},
 		{"nats-tls-key", "FLEXIQ_NATS_TLS_KEY", "TLS key of the embedded server's client and route listeners", &cfg.NATSTLSKey},
+		{"tls-cert", "FLEXIQ_TLS_CERT", "TLS certificate of the admin door (HTTPS) and gRPC; read again when it changes", &cfg.TLSCert},
+		{"tls-key", "FLEXIQ_TLS_KEY", "TLS key of the admin door (HTTPS) and gRPC", &cfg.TLSKey},
 	}
 	durs := []durOpt{
 		{"archive-ttl", "FLEXIQ_ARCHIVE_TTL", "how long completed jobs are kept", &cfg.ArchiveTTL},
@@ -282,6 +291,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	}
 	if (cfg.NATSTLSCert == "") != (cfg.NATSTLSKey == "") {
 		return cfg, usageError{fmt.Sprintf("%s and %s go together", name("nats-tls-cert", "FLEXIQ_NATS_TLS_CERT"), name("nats-tls-key", "FLEXIQ_NATS_TLS_KEY"))}
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return cfg, usageError{fmt.Sprintf("%s and %s go together", name("tls-cert", "FLEXIQ_TLS_CERT"), name("tls-key", "FLEXIQ_TLS_KEY"))}
 	}
 	if cfg.NATSCreds != "" && cfg.NATSURL == "" {
 		return cfg, usageError{fmt.Sprintf("%s goes with %s (an external NATS server)", name("nats-creds", "FLEXIQ_NATS_CREDS"), name("nats-url", "FLEXIQ_NATS_URL"))}

@@ -78,6 +78,8 @@ func TestBadValuesExit2NamingTheFlagOrVariable(t *testing.T) {
 		{nil, map[string]string{"FLEXIQ_CLUSTER_LISTEN": "127.0.0.1:6222", "FLEXIQ_STORE": "sqlite://x.db"}, "FLEXIQ_CLUSTER_LISTEN needs a shared store: FLEXIQ_STORE is SQLite"},
 		{[]string{"--routes", "127.0.0.1:6222", "--store", "redis://127.0.0.1:1"}, nil, "--routes: \"127.0.0.1:6222\" is not a route URL"},
 		{[]string{"--nats-tls-cert", "c.pem"}, nil, "--nats-tls-cert and FLEXIQ_NATS_TLS_KEY go together"},
+		{[]string{"--tls-key", "k.pem"}, nil, "FLEXIQ_TLS_CERT and --tls-key go together"},
+		{nil, map[string]string{"FLEXIQ_TLS_CERT": "c.pem"}, "FLEXIQ_TLS_CERT and FLEXIQ_TLS_KEY go together"},
 		{[]string{"--nats-creds", "x.creds"}, nil, "--nats-creds goes with FLEXIQ_NATS_URL"},
 	} {
 		var out, errb bytes.Buffer
