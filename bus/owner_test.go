@@ -131,7 +131,11 @@ func startOwnerNode(t *testing.T, b *authBus, id string, p *placement) *ownerNod
 		_ = svc.Stop(context.Background())
 		_ = svc.StopDirect(context.Background())
 	})
-	return &ownerNode{id: id, svc: svc, actors: a, nc: nc, view: v}
+	n := &ownerNode{id: id, svc: svc, actors: a, nc: nc, view: v}
+	// Other nodes forward to it only once their server knows it listens.
+	waitListening(t, b, api.SubjectForward(id), true)
+	waitListening(t, b, n.subject(), true)
+	return n
 }
 
 // waitListening waits until someone takes subject on the server.
@@ -483,8 +487,6 @@ func TestAForwardedCallsWaitForAnOwnerIsBoundedAcrossNodes(t *testing.T) {
 	p1, p2 := newPlacement("n2"), newPlacement("n1")
 	n1 := startOwnerNode(t, b, "n1", p1)
 	n2 := startOwnerNode(t, b, "n2", p2)
-	waitListening(t, b, api.SubjectForward("n1"), true)
-	waitListening(t, b, api.SubjectForward("n2"), true)
 	ticking(t, map[*placement]string{p1: "n2", p2: "n1"})
 	raw, _ := b.connect(t, producerTok)
 	msg := &nats.Msg{Subject: api.SubjectEnqueue, Data: []byte(`{"jobs":[{"queue":"q","task":"t"}]}`), Header: nats.Header{}}
