@@ -544,13 +544,14 @@ func (s *Sim) diffJob(mj *mjob, sj *store.Job) string {
 }
 
 // checkAnswered: every call a step took and held is answered by the end,
-// unless a crash lost its actor (its client timed out).
+// unless a crash lost its actor (its client timed out) or its hold
+// (Pace.MaxHold) has not run out yet: clients call until the end.
 func (s *Sim) checkAnswered() {
 	if s.halted {
 		return
 	}
 	for _, m := range s.held {
-		if !m.replied && !m.decidedBy.lost {
+		if !m.replied && !m.decidedBy.lost && s.now.Sub(m.decidedAt) > s.cfg.Pace.MaxHold {
 			s.violate(InvAnswered, "m%d (%s) taken by %s#%d and never answered", m.id, m.op, m.ns, m.decidedBy.inc)
 			return
 		}

@@ -3,6 +3,7 @@ package simtest
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -44,6 +45,12 @@ type ClusterConfig struct {
 	// CutMax bounds a bus cut; ZombieMax how long a killed node's actors
 	// step on.
 	CutMax, ZombieMax time.Duration
+	// SkewMax: each node's clock (its cluster view's, which times its
+	// leases) is off the simulation's by a fixed amount within
+	// ±SkewMax, drawn from the seed and the node's name. A lease's holder
+	// stops acting TTL/4 before it expires, so skews within TTL/8 of the
+	// simulation's keep one leader; RandomClusterConfig stays within TTL/10.
+	SkewMax time.Duration
 
 	// Planted bugs (mutation tests only).
 	noFence    bool // the store does not check fences
@@ -64,6 +71,10 @@ const (
 	// InvSettled: every claimed job is eventually acked, retried or dead:
 	// at the end nothing is running on a lease that ran out long before.
 	InvSettled = "claim-settled"
+	// InvOneLeader: at no instant do two live nodes each believe they
+	// lead maintenance (cluster.Cluster.IsLeader, on each node's own
+	// clock): retention, the auto-retry sweep and periodic fires run once.
+	InvOneLeader = "one-leader"
 )
 
 // RandomClusterConfig draws a clustered world from seed: RandomConfig's
@@ -92,6 +103,9 @@ func RandomClusterConfig(seed uint64, scale float64) Config {
 	if r.IntN(3) != 0 {
 		cc.CutEvery = between(2*time.Second, 8*time.Second)
 	}
+	if r.IntN(2) == 0 {
+		cc.SkewMax = between(0, cc.TTL/10)
+	}
 	c.Cluster = cc
 	c.Drain = c.Load.LeaseMax + cc.CutMax + 3*cc.TTL + 4*time.Second
 	return c
@@ -101,7 +115,7 @@ func (c *ClusterConfig) String() string {
 	if c == nil {
 		return ""
 	}
-	return fmt.Sprintf(" cluster=ttl%s kill%s leave%s join%s cut%s/%s zombie%s", c.TTL, c.KillEvery, c.LeaveEvery, c.JoinEvery, c.CutEvery, c.CutMax, c.ZombieMax)
+	return fmt.Sprintf(" cluster=ttl%s kill%s leave%s join%s cut%s/%s zombie%s skew%s", c.TTL, c.KillEvery, c.LeaveEvery, c.JoinEvery, c.CutEvery, c.CutMax, c.ZombieMax, c.SkewMax)
 }
 
 // ---------------------------------------------------------------------------
@@ -217,6 +231,8 @@ type clusterNode struct {
 	gen      int // invalidates the tick loop of an earlier boot
 	// zombieUntil: a killed node's actors step on until then.
 	zombieUntil time.Time
+	// skew is how far the node's clock is off the simulation's.
+	skew time.Duration
 }
 
 // fenceRec is a node's actors.Fences: its cluster's answer, recorded for
@@ -254,14 +270,17 @@ func (r *fenceRec) Fence(ns string) (*store.Fence, bool) {
 func (s *Sim) bootCluster(n *node) {
 	cc := s.cfg.Cluster
 	if n.cn == nil {
-		n.cn = &clusterNode{}
+		n.cn = &clusterNode{skew: s.skewOf(n.name)}
+		if n.cn.skew != 0 {
+			s.logf("%s's clock is %s off", n.name, n.cn.skew)
+		}
 	}
 	cn := n.cn
 	cn.gen++
 	gen := cn.gen
 	cl := cluster.New(cluster.Config{
 		Node: n.name, Maintenance: true, Store: s.leases, Tick: cc.Tick, TTL: cc.TTL,
-		Now: func() time.Time { return s.now }, Log: slog.New(&traceHandler{s: s, node: n.name}),
+		Now: func() time.Time { return s.now.Add(cn.skew) }, Log: slog.New(&traceHandler{s: s, node: n.name}),
 		OnLost: func(leases []string) {
 			if n.cn.gen == gen {
 				s.onLost(n, leases)
@@ -284,8 +303,37 @@ func (s *Sim) tickLoop(n *node, gen int) {
 		s.stat("cluster tick cut")
 	} else {
 		cn.cl.Tick(context.Background())
+		s.checkOneLeader()
 	}
 	s.after(s.cfg.Cluster.Tick, func() { s.tickLoop(n, gen) })
+}
+
+// skewOf is the fixed skew of node name's clock: within ±SkewMax, from the
+// seed and the name alone, so the world's other draws stay as they were.
+func (s *Sim) skewOf(name string) time.Duration {
+	max := s.cfg.Cluster.SkewMax
+	if max <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	r := rand.New(rand.NewPCG(s.cfg.Seed, h.Sum64()))
+	return time.Duration(r.Int64N(int64(2*max)+1)) - max
+}
+
+// checkOneLeader checks InvOneLeader after a tick: a tick is when a node
+// takes the leader lease. A node that is down leads nothing, whatever it
+// last believed.
+func (s *Sim) checkOneLeader() {
+	var leaders []string
+	for _, n := range s.nodes {
+		if n.cn != nil && n.cn.state == nodeUp && n.cn.cl.IsLeader() {
+			leaders = append(leaders, n.name)
+		}
+	}
+	if len(leaders) > 1 {
+		s.violate(InvOneLeader, "%s each lead maintenance", strings.Join(leaders, " and "))
+	}
 }
 
 // onLost evicts n's actors of the partitions it lost (node.startCluster's

@@ -201,3 +201,10 @@ func TestClusterNoEvictStillSound(t *testing.T) {
 		}
 	}
 }
+
+// Clocks off by more than the lease margin covers: a node whose clock runs
+// ahead takes the leader lease while its holder, by its own clock, still
+// leads.
+func TestMutationClusterSkewBeyondTheMargin(t *testing.T) {
+	expectClusterViolation(t, InvOneLeader, func(c *Config) { c.Cluster.SkewMax = 2 * c.Cluster.TTL })
+}

@@ -39,10 +39,12 @@
 // layer refuses stale writes (actor → fenceStore → faultStore → recStore).
 // Calls reach a random node and are forwarded to the owner; nodes join,
 // leave, are killed (their actors step on as stale owners for a while) and
-// lose their bus for a while. Its own invariants: no write from a stale
+// lose their bus for a while; their clocks may be off the simulation's
+// (ClusterConfig.SkewMax). Its own invariants: no write from a stale
 // epoch lands (InvStaleWrite), no call is refused for reaching a non-owner
-// (InvRouted), every claimed job settles (InvSettled); the single-node
-// ones hold cluster-wide, counts and leases checked on the owner's actor.
+// (InvRouted), every claimed job settles (InvSettled), no two live nodes
+// lead maintenance at once (InvOneLeader); the single-node ones hold
+// cluster-wide, counts and leases checked on the owner's actor.
 //
 // Product bugs the simulator found and that are not fixed yet are named by
 // the Bug… constants; RandomConfig tolerates them (KnownBugs) so they do not

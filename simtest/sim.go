@@ -393,7 +393,7 @@ func (s *Sim) step(sa *simActor) {
 			continue
 		}
 		if !m.replied && ctx.snapOK && !m.decided {
-			m.decided, m.decidedSnap, m.decidedBy = true, ctx.snap, sa
+			m.decided, m.decidedSnap, m.decidedBy, m.decidedAt = true, ctx.snap, sa, s.now
 			if m.op != actors.OpClaim { // a parked claim is not held
 				s.held = append(s.held, m)
 			}
@@ -541,6 +541,7 @@ type msgRec struct {
 	decided     bool
 	decidedSnap cachebust.Snapshot
 	decidedBy   *simActor
+	decidedAt   time.Time
 	// moved: the step that took it answered "moved" and the call is
 	// routed again, to be taken by the namespace's next owner.
 	moved bool
