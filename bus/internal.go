@@ -355,9 +355,9 @@ func (p SyncPublisher) confirm(op internalOp) {
 	}
 }
 
-// timeLeftMS is how long from now until t, in milliseconds, to send to another node
-// (nodes' clocks differ, so a time crosses as the time left): 0 for no t,
-// at least 1 for a t already past (0 would mean none).
+// timeLeftMS is how long from now until t, in milliseconds, to send to
+// another node (nodes' clocks differ, so a time crosses as the time left):
+// 0 for no t, at least 1 for a t already past (0 would mean none).
 func timeLeftMS(now, t time.Time) int64 {
 	if t.IsZero() {
 		return 0

@@ -80,6 +80,7 @@ type proc struct {
 	// (--tls-cert, --tls-key).
 	certFile, keyFile string
 	cmd               *exec.Cmd
+	httpc             *http.Client
 }
 
 // adminURL is the admin door's URL.
@@ -92,10 +93,15 @@ func (p *proc) adminURL() string {
 
 // httpClient talks to the admin door, trusting its certificate if any.
 func (p *proc) httpClient() *http.Client {
-	if p.certFile == "" {
+	switch {
+	case p.certFile == "":
 		return http.DefaultClient
+	case p.httpc == nil:
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: testcert.Pool(p.t, p.certFile)}}
+		p.t.Cleanup(tr.CloseIdleConnections)
+		p.httpc = &http.Client{Transport: tr}
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: testcert.Pool(p.t, p.certFile)}}}
+	return p.httpc
 }
 
 // newProc is a node process of t's backend on free loopback ports, not
