@@ -246,6 +246,11 @@ func (a *Actor) step(ctx context.Context, msgs []*Message, now time.Time) {
 				enqueues = append(enqueues, call)
 			}
 		case *api.ClaimRequest:
+			if m.Gone() {
+				// Its caller left before the actor got to it.
+				m.respond(api.ClaimReply{Jobs: []api.Job{}}, nil)
+				continue
+			}
 			claims = append(claims, &ClaimCall{Msg: m, Req: *body, Deadline: now.Add(time.Duration(body.WaitMS) * time.Millisecond)})
 		case nil: // OpWake: loaded above, nothing more to do
 			m.respond(struct{}{}, nil)

@@ -521,8 +521,9 @@ func (c *Core) Park(calls []*ClaimCall, next time.Time, ok bool) {
 }
 
 // Waiters takes the parked claims worth trying again at now: all of them
-// when something changed since they parked, none otherwise. Expired ones
-// come back in expired, to be answered with no jobs.
+// when something changed since they parked, none otherwise. Expired ones,
+// and those whose caller is gone (Message.Gone), come back in expired, to
+// be answered with no jobs.
 func (c *Core) Waiters(now time.Time) (retry, expired []*ClaimCall) {
 	if !c.nextWake.IsZero() && !now.Before(c.nextWake) {
 		c.dirty = true
@@ -531,7 +532,7 @@ func (c *Core) Waiters(now time.Time) (retry, expired []*ClaimCall) {
 	keep := c.waiters[:0]
 	for _, w := range c.waiters {
 		switch {
-		case !now.Before(w.Deadline):
+		case !now.Before(w.Deadline) || w.Msg.Gone():
 			expired = append(expired, w)
 		case c.dirty:
 			retry = append(retry, w)

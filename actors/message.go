@@ -69,6 +69,12 @@ type Message struct {
 	// Hops is how many nodes handed the call on to another (bus): it
 	// bounds a hand-off loop while nodes disagree on the owner.
 	Hops int
+	// Done, when not nil, is closed once the caller has stopped waiting
+	// for the answer (its context ended: a gRPC client cancelled its long
+	// poll, the node is stopping). A claim whose caller is gone is given
+	// no job: nobody would work it, and its lease would run out with an
+	// attempt spent.
+	Done <-chan struct{}
 	// OwnerBy, once set, ends the call's wait for its namespace's owner
 	// (a hand-over, a failover, nodes disagreeing), on whichever nodes it
 	// waits (bus): zero until it first waits.
@@ -127,6 +133,19 @@ func (b *outbox) release(failed *api.Error) {
 // Replied reports whether the message has been answered.
 func (m *Message) Replied() bool { return m.replied.Load() }
 
+// Gone reports whether the caller has stopped waiting (Done is closed).
+func (m *Message) Gone() bool {
+	if m.Done == nil {
+		return false
+	}
+	select {
+	case <-m.Done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Observer receives what the actors do, for metrics. Methods must be cheap
 // and must not block.
 type Observer interface {
@@ -162,7 +181,7 @@ func Ask(ctx context.Context, send func(ns string, m *Message), ns string, op Op
 	// Buffered: an answer that comes after the caller left must not block
 	// the actor.
 	ch := make(chan answer, 1)
-	send(ns, &Message{Op: op, Body: body, Reply: func(b any, e *api.Error) { ch <- answer{b, e} }})
+	send(ns, &Message{Op: op, Body: body, Done: ctx.Done(), Reply: func(b any, e *api.Error) { ch <- answer{b, e} }})
 	select {
 	case a := <-ch:
 		if a.err != nil {

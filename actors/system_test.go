@@ -173,3 +173,46 @@ func TestStoppedSystemHandsMessagesOff(t *testing.T) {
 		t.Fatalf("a message the hand-off did not take: %+v, want ErrStopping", a)
 	}
 }
+
+// A parked claim whose caller has gone (Message.Done closed: a gRPC client
+// cancelled its long poll) is handed no job when one comes: the job stays
+// for the next claim, its attempt unspent, instead of being leased to a
+// caller that will never work it.
+func TestAGoneCallersParkedClaimGetsNoJob(t *testing.T) {
+	sys, _ := newSystem(t, time.Minute)
+	done := make(chan struct{})
+	gone := make(chan answer, 1)
+	sys.Send("acme", &Message{Op: OpClaim, Done: done,
+		Body:  &api.ClaimRequest{Queues: []string{"q"}, Max: 1, WaitMS: 60000, LeaseMS: 60000},
+		Reply: func(b any, e *api.Error) { gone <- answer{b, e} }})
+	// The claim parks: a later message is answered first.
+	wait(t, send(sys, "acme", OpHeartbeat, &api.HeartbeatRequest{IDs: []string{"x"}, LeaseMS: 1000}))
+	close(done)
+	if a := wait(t, send(sys, "acme", OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}})); a.err != nil {
+		t.Fatal(a.err)
+	}
+	if a := wait(t, gone); a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 0 {
+		t.Fatalf("the gone caller's claim: %+v, want no job", a)
+	}
+	a := wait(t, send(sys, "acme", OpClaim, &api.ClaimRequest{Queues: []string{"q"}, Max: 1, LeaseMS: 60000}))
+	if a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 1 || a.body.(api.ClaimReply).Jobs[0].Attempt != 1 {
+		t.Fatalf("the next claim: %+v, want the job at its first attempt", a)
+	}
+
+	// A claim whose caller left before the actor took it gets nothing
+	// either.
+	if a := wait(t, send(sys, "acme", OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}})); a.err != nil {
+		t.Fatal(a.err)
+	}
+	late := make(chan answer, 1)
+	sys.Send("acme", &Message{Op: OpClaim, Done: done,
+		Body:  &api.ClaimRequest{Queues: []string{"q"}, Max: 1, LeaseMS: 60000},
+		Reply: func(b any, e *api.Error) { late <- answer{b, e} }})
+	if a := wait(t, late); a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 0 {
+		t.Fatalf("a claim whose caller had left: %+v, want no job", a)
+	}
+	a = wait(t, send(sys, "acme", OpClaim, &api.ClaimRequest{Queues: []string{"q"}, Max: 1, LeaseMS: 60000}))
+	if a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 1 {
+		t.Fatalf("the next claim: %+v, want the second job", a)
+	}
+}

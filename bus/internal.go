@@ -69,7 +69,19 @@ type RoutedSender struct {
 	pending atomic.Int64
 	// blocked counts the times a call's wait for an owner blocked.
 	blocked atomic.Int64
+	// Closing is closed when the node begins to stop: a long poll
+	// forwarded to another node asks for no further piece (forwardPoll).
+	Closing <-chan struct{}
 }
+
+// forwardPoll bounds the wait of a claim forwarded to another node: a
+// longer long poll is asked for piece by piece, each routed afresh, until
+// a piece brings jobs or the wait is spent. The owner cannot see this
+// node's caller leave, nor this node stop; between pieces this node can,
+// and asks for no more, so no job is leased to a caller that is gone (its
+// lease would run out with an attempt spent) and a stop is not held up by
+// a long poll elsewhere.
+const forwardPoll = time.Second
 
 // Wait returns once every call forwarded to another node has been
 // answered (or ctx ends): a stopping node keeps its connection open until
@@ -165,6 +177,10 @@ func (r *RoutedSender) HandOff(ns string, m *actors.Message) bool {
 // forward sends m to ns's actor on owner, another node, and answers m with
 // what it answers.
 func (r *RoutedSender) forward(owner, ns string, m *actors.Message) {
+	if c, ok := m.Body.(*api.ClaimRequest); ok && time.Duration(c.WaitMS)*time.Millisecond > forwardPoll {
+		r.forwardLongPoll(owner, ns, m, c, time.Now().Add(time.Duration(c.WaitMS)*time.Millisecond))
+		return
+	}
 	body, err := json.Marshal(m.Body)
 	if err != nil {
 		m.Reply(nil, api.Errorf(api.CodeInternal, "", "encode %s: %v", m.Op, err))
@@ -206,6 +222,31 @@ func (r *RoutedSender) forward(owner, ns string, m *actors.Message) {
 		}
 		m.Reply(out, nil)
 	}()
+}
+
+// forwardLongPoll forwards a piece of claim c (m's body) to owner, and
+// while the pieces bring no job, the wait is not spent, the caller is
+// there and the node is not stopping, sends the rest as a new call, routed
+// afresh (the owner may have moved, or be this node now).
+func (r *RoutedSender) forwardLongPoll(owner, ns string, m *actors.Message, c *api.ClaimRequest, until time.Time) {
+	piece := *c
+	piece.WaitMS = min(time.Until(until), forwardPoll).Milliseconds()
+	last := piece.WaitMS == c.WaitMS
+	pm := &actors.Message{Op: m.Op, Body: &piece, Paced: m.Paced, AnswerBy: m.AnswerBy, Hops: m.Hops, OwnerBy: m.OwnerBy, Done: m.Done}
+	pm.Reply = func(body any, e *api.Error) {
+		if e != nil || last || m.Gone() || isClosed(r.Closing) || time.Until(until) <= 0 {
+			m.Reply(body, e)
+			return
+		}
+		if reply, ok := body.(api.ClaimReply); !ok || len(reply.Jobs) > 0 {
+			m.Reply(body, e)
+			return
+		}
+		rest := *c
+		rest.WaitMS = max(time.Until(until).Milliseconds(), 0)
+		r.Send(ns, &actors.Message{Op: m.Op, Body: &rest, Reply: m.Reply, Paced: m.Paced, AnswerBy: m.AnswerBy, Done: m.Done})
+	}
+	r.forward(owner, ns, pm)
 }
 
 // decodeReply decodes the body an actor answers op with.

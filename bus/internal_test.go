@@ -75,13 +75,23 @@ func (c countingSender) Send(ns string, m *actors.Message) { c.n.Add(1); c.next.
 
 func startRoutedNode(t *testing.T, b *authBus, id string, p *placement) *routedNode {
 	t.Helper()
+	return startRoutedNodeWith(t, b, id, p, nil)
+}
+
+// startRoutedNodeWith is startRoutedNode with local as its actors (nil:
+// countingActors, which served counts).
+func startRoutedNodeWith(t *testing.T, b *authBus, id string, p *placement, local Sender) *routedNode {
+	t.Helper()
 	nc, err := Connect(ConnectOptions{Server: b.srv, Name: id, Secret: testSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
 	n := &routedNode{local: &countingActors{}}
-	n.rs = &RoutedSender{Node: id, NC: nc, Local: n.local, Router: newView(p, id),
+	if local == nil {
+		local = n.local
+	}
+	n.rs = &RoutedSender{Node: id, NC: nc, Local: local, Router: newView(p, id),
 		Interest: b.srv.GlobalAccount().SubscriptionInterest}
 	// As on a node: calls from other nodes are routed again.
 	sub, err := ServeInternalOps(nc, id, countingSender{&n.received, n.rs}, nil, nil)
@@ -321,5 +331,104 @@ func TestARoutedCallsWaitForAnOwnerIsBoundedAcrossNodes(t *testing.T) {
 	}
 	if got := n1.received.Load() + n2.received.Load(); got <= 2*maxHops {
 		t.Fatalf("handed on %d times: the call did not go round", got)
+	}
+}
+
+// pieceActors hands the test each call it takes, to answer when it likes.
+type pieceActors chan *actors.Message
+
+func (a pieceActors) Send(_ string, m *actors.Message) { a <- m }
+
+// take waits for the next call the owner's actors got and checks it is a
+// piece of a long poll: a claim waiting at most forwardPoll.
+func (a pieceActors) take(t *testing.T) *actors.Message {
+	t.Helper()
+	select {
+	case m := <-a:
+		if c, ok := m.Body.(*api.ClaimRequest); !ok || c.WaitMS <= 0 || time.Duration(c.WaitMS)*time.Millisecond > forwardPoll {
+			t.Fatalf("the owner got %#v, want a claim waiting at most %v", m.Body, forwardPoll)
+		}
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("the owner got no piece of the long poll")
+		return nil
+	}
+}
+
+// A long poll forwarded to another node is asked for piece by piece, each
+// waiting at most forwardPoll, until a piece brings a job; once its caller
+// is gone, or the node begins to stop, no further piece is asked for and
+// the caller gets no job (the owner cannot see either: a job it handed to
+// a longer poll would be leased to nobody, its attempt spent when the lease
+// runs out).
+func TestAForwardedLongPollGoesInPieces(t *testing.T) {
+	b := startAuthBus(t)
+	p := newPlacement("n2")
+	owner := make(pieceActors, 16)
+	n1 := startRoutedNode(t, b, "n1", p)
+	startRoutedNodeWith(t, b, "n2", p, owner)
+	closing := make(chan struct{})
+	n1.rs.Closing = closing
+	claim := func(done chan struct{}) <-chan answerOf {
+		ch := make(chan answerOf, 1)
+		n1.rs.Send("acme", &actors.Message{Op: actors.OpClaim, Done: done,
+			Body:  &api.ClaimRequest{Queues: []string{"q"}, Max: 1, WaitMS: 60000, LeaseMS: 1000},
+			Reply: func(b any, e *api.Error) { ch <- answerOf{b, e} }})
+		return ch
+	}
+	none := api.ClaimReply{Jobs: []api.Job{}}
+
+	// Pieces until one brings a job.
+	got := claim(nil)
+	owner.take(t).Reply(none, nil)
+	owner.take(t).Reply(api.ClaimReply{Jobs: []api.Job{{ID: "j1"}}}, nil)
+	if a := answerIn(t, got); a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 1 {
+		t.Fatalf("the caller got %+v, want the job of the second piece", a)
+	}
+
+	// The caller leaves during a piece: it is the last.
+	done := make(chan struct{})
+	got = claim(done)
+	owner.take(t).Reply(none, nil)
+	m := owner.take(t)
+	close(done)
+	m.Reply(none, nil)
+	if a := answerIn(t, got); a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 0 {
+		t.Fatalf("the gone caller got %+v, want no job", a)
+	}
+
+	// The node begins to stop during a piece: it is the last.
+	got = claim(nil)
+	m = owner.take(t)
+	close(closing)
+	m.Reply(none, nil)
+	if a := answerIn(t, got); a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 0 {
+		t.Fatalf("at stop the caller got %+v, want no job", a)
+	}
+	if err := n1.rs.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-owner:
+		t.Fatalf("the owner was asked for another piece (%#v) after the caller left or the node began to stop", m.Body)
+	default:
+	}
+}
+
+// answerOf is an answer a test's call got.
+type answerOf struct {
+	body any
+	err  *api.Error
+}
+
+// answerIn waits for a test call's answer (10 s at most: no answer fails).
+func answerIn(t *testing.T, ch <-chan answerOf) answerOf {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(10 * time.Second):
+		t.Fatal("the caller got no answer")
+		return answerOf{}
 	}
 }

@@ -186,6 +186,18 @@ func (s *sentSignal) HandleRPC(_ context.Context, st stats.RPCStats) {
 func (s *sentSignal) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
 func (s *sentSignal) HandleConn(context.Context, stats.ConnStats)                       {}
 
+// signalledConn is a gRPC connection to e's node whose first call's
+// request closes the signal's sent once it has gone out.
+func signalledConn(t *testing.T, e *env) (*grpc.ClientConn, *sentSignal) {
+	t.Helper()
+	sig := &sentSignal{sent: make(chan struct{})}
+	conn, err := grpc.NewClient(e.node.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(sig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, sig
+}
+
 // A node that stops answers a gRPC long poll in flight (with no jobs, as
 // its actors answer every parked claim) instead of holding its stop for
 // the poll's minute or dropping the call.
@@ -196,11 +208,7 @@ func TestGRPCLongPollAnsweredWhenTheNodeStops(t *testing.T) {
 	for try := 0; ; try++ {
 		e := start(t)
 		tn := e.tenant("acme")
-		sig := &sentSignal{sent: make(chan struct{})}
-		conn, err := grpc.NewClient(e.node.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(sig))
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn, sig := signalledConn(t, e)
 		done := make(chan error, 1)
 		go func() {
 			resp, err := pb.NewWorkerClient(conn).Claim(withToken(t, tn.worker), &pb.ClaimRequest{Queues: []string{"q"}, WaitMs: 60_000})
@@ -220,7 +228,7 @@ func TestGRPCLongPollAnsweredWhenTheNodeStops(t *testing.T) {
 		if took := time.Since(began); took > 4*time.Second {
 			t.Fatalf("stop took %v with a long poll in flight", took)
 		}
-		err = <-done
+		err := <-done
 		conn.Close()
 		if err == nil {
 			return
@@ -229,5 +237,39 @@ func TestGRPCLongPollAnsweredWhenTheNodeStops(t *testing.T) {
 			t.Fatalf("claim in flight at stop: %v, want its answer", err)
 		}
 		t.Logf("try %d: the stop won the race: %v", try, err)
+	}
+}
+
+// A gRPC worker that cancels its long poll leaves no claim behind: a job
+// enqueued afterwards goes to the next claim, at its first attempt, not to
+// the cancelled one (whose lease would run out with an attempt spent).
+func TestGRPCCancelledLongPollTakesNoJob(t *testing.T) {
+	e := start(t)
+	tn := e.tenant("acme")
+	conn, sig := signalledConn(t, e)
+	defer conn.Close()
+	work := pb.NewWorkerClient(conn)
+	pollCtx, cancel := context.WithCancel(withToken(t, tn.worker))
+	done := make(chan error, 1)
+	go func() {
+		_, err := work.Claim(pollCtx, &pb.ClaimRequest{Queues: []string{"q"}, WaitMs: 60_000, LeaseMs: 60_000})
+		done <- err
+	}()
+	<-sig.sent
+	cancel()
+	if err := <-done; status.Code(err) != codes.Canceled {
+		t.Fatalf("cancelled claim: %v", err)
+	}
+	// The node reads a connection's frames in order: by the time it
+	// answers this, it has seen the cancel.
+	if _, err := healthgrpc.NewHealthClient(conn).Check(ctx(t), &healthgrpc.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pb.NewProducerClient(conn).Enqueue(withToken(t, tn.producer), &pb.EnqueueRequest{Job: &pb.Job{Queue: "q", Task: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := work.Claim(withToken(t, tn.worker), &pb.ClaimRequest{Queues: []string{"q"}, WaitMs: 5_000, LeaseMs: 60_000})
+	if err != nil || len(resp.GetJobs()) != 1 || resp.GetJobs()[0].GetAttempt() != 1 {
+		t.Fatalf("the next claim: %v, %v; want the job at its first attempt", resp, err)
 	}
 }

@@ -127,12 +127,14 @@ type Node struct {
 	httpLn  net.Listener
 	// adminScheme is http, or https with Config.TLSCert.
 	adminScheme string
-	grpcSrv     *grpcapi.Server
-	grpcLn      net.Listener
-	natsURL     string
-	natsAuth    *bus.ClientAuth
-	callout     *bus.Callout
-	cluster     *cluster.Cluster
+	// closing is closed when Stop begins (bus.RoutedSender.Closing).
+	closing  chan struct{}
+	grpcSrv  *grpcapi.Server
+	grpcLn   net.Listener
+	natsURL  string
+	natsAuth *bus.ClientAuth
+	callout  *bus.Callout
+	cluster  *cluster.Cluster
 	// clusterCtx ends the cluster loop, after the node left.
 	clusterCtx    context.Context
 	clusterCancel context.CancelFunc
@@ -250,7 +252,8 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.Actors = actors.NewSystem(runCtx, deps)
 	n.runCluster()
 	n.startAdoption(runCtx)
-	n.sender = &bus.RoutedSender{Node: cfg.NodeID, NC: n.nc, Local: n.Actors, Router: router, Log: n.log}
+	n.closing = make(chan struct{})
+	n.sender = &bus.RoutedSender{Node: cfg.NodeID, NC: n.nc, Local: n.Actors, Router: router, Log: n.log, Closing: n.closing}
 	if n.server != nil {
 		n.sender.Interest = n.server.GlobalAccount().SubscriptionInterest
 	}
@@ -397,6 +400,11 @@ func (n *Node) TokenFile() string { return n.tokenFile }
 func (n *Node) Stop(ctx context.Context) error {
 	n.stopOnce.Do(func() {
 		var errs []error
+		if n.closing != nil {
+			// Long polls forwarded to other nodes end within a piece,
+			// so the gRPC server's graceful stop below is not held up.
+			close(n.closing)
+		}
 		if n.httpSrv != nil {
 			if err := n.httpSrv.Shutdown(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("admin door: %w", err))
