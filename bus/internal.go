@@ -220,8 +220,29 @@ func (r *RoutedSender) forward(owner, ns string, m *actors.Message) {
 			m.Reply(nil, api.Errorf(api.CodeInternal, "", "undecodable answer from the owner of '%s'", ns))
 			return
 		}
+		if claimed, ok := out.(api.ClaimReply); ok && len(claimed.Jobs) > 0 && m.Gone() {
+			// The caller left while the owner handed these out: give
+			// them back unstarted rather than lease them to nobody.
+			r.release(ns, claimed.Jobs)
+			out = api.ClaimReply{Jobs: []api.Job{}}
+		}
 		m.Reply(out, nil)
 	}()
+}
+
+// release gives jobs a gone caller was handed back to ns's actor, pending
+// again with their attempt unspent (a nack with release, as a worker that
+// stops gives back the jobs it took ahead).
+func (r *RoutedSender) release(ns string, jobs []api.Job) {
+	for _, j := range jobs {
+		id := j.ID
+		r.Send(ns, &actors.Message{Op: actors.OpNack, Body: &api.NackRequest{ID: id, Attempt: j.Attempt, Release: true},
+			Reply: func(_ any, e *api.Error) {
+				if e != nil && r.Log != nil {
+					r.Log.Warn("a job handed to a caller that left was not given back; it comes back when its lease runs out", "namespace", ns, "job", id, "err", e.Message)
+				}
+			}})
+	}
 }
 
 // forwardLongPoll forwards a piece of claim c (m's body) to owner, and

@@ -397,6 +397,26 @@ func TestAForwardedLongPollGoesInPieces(t *testing.T) {
 		t.Fatalf("the gone caller got %+v, want no job", a)
 	}
 
+	// The caller leaves while a piece brings a job: the job is given
+	// back (a nack with release), not handed to nobody.
+	done = make(chan struct{})
+	got = claim(done)
+	m = owner.take(t)
+	close(done)
+	m.Reply(api.ClaimReply{Jobs: []api.Job{{ID: "j2", Attempt: 1}}}, nil)
+	if a := answerIn(t, got); a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 0 {
+		t.Fatalf("the gone caller got %+v, want no job", a)
+	}
+	select {
+	case rel := <-owner:
+		if n, ok := rel.Body.(*api.NackRequest); !ok || n.ID != "j2" || n.Attempt != 1 || !n.Release {
+			t.Fatalf("the owner got %#v, want j2 released at attempt 1", rel.Body)
+		}
+		rel.Reply(api.NackReply{Status: api.StatusPending}, nil)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job handed to the gone caller was not given back")
+	}
+
 	// The node begins to stop during a piece: it is the last.
 	got = claim(nil)
 	m = owner.take(t)
