@@ -71,9 +71,9 @@ type Message struct {
 	Hops int
 	// Done, when not nil, is closed once the caller has stopped waiting
 	// for the answer (its context ended: a gRPC client cancelled its long
-	// poll, the node is stopping). A claim whose caller is gone is given
-	// no job: nobody would work it, and its lease would run out with an
-	// attempt spent.
+	// poll, or its deadline passed; Ask sets it). A claim whose caller is
+	// gone is given no job: nobody would work it, and its lease would run
+	// out with an attempt spent.
 	Done <-chan struct{}
 	// OwnerBy, once set, ends the call's wait for its namespace's owner
 	// (a hand-over, a failover, nodes disagreeing), on whichever nodes it
