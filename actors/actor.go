@@ -479,6 +479,16 @@ func (a *Actor) claims(ctx context.Context, calls []*ClaimCall, now time.Time) {
 			park = append(park, call)
 			return
 		}
+		if len(jobs) > 0 && call.Msg.Gone() {
+			// Its caller left while the claim was written: the jobs go
+			// back, pending again with their attempt unspent, at the next
+			// step (a nack with release, as from a worker that stops).
+			for i := range jobs {
+				a.Send(&Message{Op: OpNack, Body: &api.NackRequest{ID: jobs[i].ID, Attempt: jobs[i].Attempt, Release: true}})
+			}
+			call.Msg.respond(api.ClaimReply{Jobs: []api.Job{}}, nil)
+			return
+		}
 		out := make([]api.Job, len(jobs))
 		for i := range jobs {
 			out[i] = JobView(&jobs[i], c.maxAttempts(jobs[i].MaxAttempts, jobs[i].Queue))

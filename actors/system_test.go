@@ -10,6 +10,7 @@ import (
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/store"
 	"github.com/flexiq/flexiq/store/sqlite"
 )
 
@@ -214,5 +215,56 @@ func TestAGoneCallersParkedClaimGetsNoJob(t *testing.T) {
 	a = wait(t, send(sys, "acme", OpClaim, &api.ClaimRequest{Queues: []string{"q"}, Max: 1, LeaseMS: 60000}))
 	if a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 1 {
 		t.Fatalf("the next claim: %+v, want the second job", a)
+	}
+}
+
+// claimGate holds the first claim inside the store until the test lets it
+// go on.
+type claimGate struct {
+	Store
+	entered, release chan struct{}
+	once             atomic.Bool
+}
+
+func (g *claimGate) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
+	if !g.once.Swap(true) {
+		close(g.entered)
+		<-g.release
+	}
+	return g.Store.JobClaimMany(ctx, p)
+}
+
+// A caller that leaves while its claim is being written gets no job, and
+// the jobs the claim took go back, pending, their attempt unspent.
+func TestJobsClaimedForAGoneCallerGoBack(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), ":memory:", sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	gate := &claimGate{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
+	sys := NewSystem(context.Background(), Deps{Store: gate, Snapshots: cachebust.New(st, time.Second, nil)})
+	defer func() {
+		if err := sys.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	if a := wait(t, send(sys, "acme", OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}})); a.err != nil {
+		t.Fatal(a.err)
+	}
+	done := make(chan struct{})
+	gone := make(chan answer, 1)
+	sys.Send("acme", &Message{Op: OpClaim, Done: done,
+		Body:  &api.ClaimRequest{Queues: []string{"q"}, Max: 1, LeaseMS: 60000},
+		Reply: func(b any, e *api.Error) { gone <- answer{b, e} }})
+	<-gate.entered
+	close(done)
+	close(gate.release)
+	if a := wait(t, gone); a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 0 {
+		t.Fatalf("the gone caller's claim: %+v, want no job", a)
+	}
+	a := wait(t, send(sys, "acme", OpClaim, &api.ClaimRequest{Queues: []string{"q"}, Max: 1, LeaseMS: 60000}))
+	if a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 1 || a.body.(api.ClaimReply).Jobs[0].Attempt != 1 {
+		t.Fatalf("the next claim: %+v, want the job back at its first attempt", a)
 	}
 }
