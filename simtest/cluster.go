@@ -2,6 +2,7 @@ package simtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -51,6 +52,10 @@ type ClusterConfig struct {
 	// stops acting TTL/4 before it expires, so skews within TTL/8 of the
 	// simulation's keep one leader; RandomClusterConfig stays within TTL/10.
 	SkewMax time.Duration
+	// LeaseFaults is the chance that a node's call to the shared lease
+	// store fails: half of them before the store acted, half after (the
+	// answer lost, the write made), as a store round trip can.
+	LeaseFaults float64
 
 	// Planted bugs (mutation tests only).
 	noFence    bool // the store does not check fences
@@ -106,6 +111,9 @@ func RandomClusterConfig(seed uint64, scale float64) Config {
 	if r.IntN(2) == 0 {
 		cc.SkewMax = between(0, cc.TTL/10)
 	}
+	if r.IntN(3) == 0 {
+		cc.LeaseFaults = 0.02 + 0.08*r.Float64()
+	}
 	c.Cluster = cc
 	c.Drain = c.Load.LeaseMax + cc.CutMax + 3*cc.TTL + 4*time.Second
 	return c
@@ -115,7 +123,7 @@ func (c *ClusterConfig) String() string {
 	if c == nil {
 		return ""
 	}
-	return fmt.Sprintf(" cluster=ttl%s kill%s leave%s join%s cut%s/%s zombie%s skew%s", c.TTL, c.KillEvery, c.LeaveEvery, c.JoinEvery, c.CutEvery, c.CutMax, c.ZombieMax, c.SkewMax)
+	return fmt.Sprintf(" cluster=ttl%s kill%s leave%s join%s cut%s/%s zombie%s skew%s leasefaults=%.2f", c.TTL, c.KillEvery, c.LeaveEvery, c.JoinEvery, c.CutEvery, c.CutMax, c.ZombieMax, c.SkewMax, c.LeaseFaults)
 }
 
 // ---------------------------------------------------------------------------
@@ -145,6 +153,97 @@ func (m *leaseModel) validLocked(ns string, f *store.Fence) (bool, string) {
 		return false, fmt.Sprintf("fence %s@%d, lease %s held by %q at epoch %d", f.Holder, f.Epoch, name, l.Holder, l.Epoch)
 	}
 	return true, ""
+}
+
+// leaseStore is the shared lease store as node n reaches it: the model
+// itself, or with ClusterConfig.LeaseFaults a layer that fails calls.
+func (s *Sim) leaseStore(n *node) store.ClusterStore {
+	if s.cfg.Cluster.LeaseFaults <= 0 {
+		return s.leases
+	}
+	if s.lrng == nil {
+		// A source of its own: the world's and the job store's faults
+		// stay as they were.
+		s.lrng = rand.New(rand.NewPCG(s.cfg.Seed, 0x1ea5e))
+	}
+	return faultyLeases{leaseModel: s.leases, s: s, node: n.name}
+}
+
+// faultyLeases fails a node's lease store calls at ClusterConfig.LeaseFaults:
+// before the store acted, or after it (the write made, its answer lost).
+type faultyLeases struct {
+	*leaseModel
+	s    *Sim
+	node string
+}
+
+var errLeaseFault = errors.New("simulated lease store failure")
+
+// fault says whether op fails, and whether after the store acted.
+func (f faultyLeases) fault(op string) (fails, after bool) {
+	r := f.s.lrng.Float64()
+	if r >= f.s.cfg.Cluster.LeaseFaults {
+		return false, false
+	}
+	after = r < f.s.cfg.Cluster.LeaseFaults/2
+	f.s.stat("lease store fault " + map[bool]string{false: "before", true: "after"}[after])
+	f.s.logf("%s %s fails %s the store acted", f.node, op, map[bool]string{false: "before", true: "after"}[after])
+	return true, after
+}
+
+func (f faultyLeases) MemberHeartbeat(ctx context.Context, p store.MemberHeartbeatParams) ([]store.Member, error) {
+	fails, after := f.fault("heartbeat")
+	if fails && !after {
+		return nil, errLeaseFault
+	}
+	out, err := f.leaseModel.MemberHeartbeat(ctx, p)
+	if fails {
+		return nil, errLeaseFault
+	}
+	return out, err
+}
+
+func (f faultyLeases) MemberLeave(ctx context.Context, node string) error {
+	fails, after := f.fault("leave")
+	if fails && !after {
+		return errLeaseFault
+	}
+	err := f.leaseModel.MemberLeave(ctx, node)
+	if fails {
+		return errLeaseFault
+	}
+	return err
+}
+
+func (f faultyLeases) LeaseAcquire(ctx context.Context, p store.LeaseAcquireParams) ([]store.Lease, error) {
+	fails, after := f.fault("acquire")
+	if fails && !after {
+		return nil, errLeaseFault
+	}
+	out, err := f.leaseModel.LeaseAcquire(ctx, p)
+	if fails {
+		return nil, errLeaseFault
+	}
+	return out, err
+}
+
+func (f faultyLeases) LeaseRelease(ctx context.Context, p store.LeaseReleaseParams) error {
+	fails, after := f.fault("release")
+	if fails && !after {
+		return errLeaseFault
+	}
+	err := f.leaseModel.LeaseRelease(ctx, p)
+	if fails {
+		return errLeaseFault
+	}
+	return err
+}
+
+func (f faultyLeases) LeaseList(ctx context.Context) ([]store.Lease, error) {
+	if fails, _ := f.fault("lease list"); fails {
+		return nil, errLeaseFault
+	}
+	return f.leaseModel.LeaseList(ctx)
 }
 
 // ---------------------------------------------------------------------------
@@ -279,7 +378,7 @@ func (s *Sim) bootCluster(n *node) {
 	cn.gen++
 	gen := cn.gen
 	cl := cluster.New(cluster.Config{
-		Node: n.name, Maintenance: true, Store: s.leases, Tick: cc.Tick, TTL: cc.TTL,
+		Node: n.name, Maintenance: true, Store: s.leaseStore(n), Tick: cc.Tick, TTL: cc.TTL,
 		Now: func() time.Time { return s.now.Add(cn.skew) }, Log: slog.New(&traceHandler{s: s, node: n.name}),
 		OnLost: func(leases []string) {
 			if n.cn.gen == gen {

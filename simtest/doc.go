@@ -40,7 +40,9 @@
 // Calls reach a random node and are forwarded to the owner; nodes join,
 // leave, are killed (their actors step on as stale owners for a while) and
 // lose their bus for a while; their clocks may be off the simulation's
-// (ClusterConfig.SkewMax). Its own invariants: no write from a stale
+// (ClusterConfig.SkewMax), and their calls to the lease store may fail,
+// before or after the store acted (ClusterConfig.LeaseFaults). Its own
+// invariants: no write from a stale
 // epoch lands (InvStaleWrite), no call is refused for reaching a non-owner
 // (InvRouted), every claimed job settles (InvSettled), no two live nodes
 // lead maintenance at once (InvOneLeader); the single-node ones hold

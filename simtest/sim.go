@@ -36,6 +36,7 @@ type Sim struct {
 	cfg  Config
 	rng  *rand.Rand // the world's decisions
 	frng *rand.Rand // faults
+	lrng *rand.Rand // lease store faults (cluster.go)
 	now  time.Time
 
 	q   eventQueue
