@@ -42,11 +42,11 @@
 // lose their bus for a while; their clocks may be off the simulation's
 // (ClusterConfig.SkewMax), and their calls to the lease store may fail,
 // before or after the store acted (ClusterConfig.LeaseFaults). Its own
-// invariants: no write from a stale
-// epoch lands (InvStaleWrite), no call is refused for reaching a non-owner
-// (InvRouted), every claimed job settles (InvSettled), no two live nodes
-// lead maintenance at once (InvOneLeader); the single-node ones hold
-// cluster-wide, counts and leases checked on the owner's actor.
+// invariants: no write from a stale epoch lands (InvStaleWrite), no call
+// is refused for reaching a non-owner (InvRouted), every claimed job
+// settles (InvSettled), no two live nodes lead maintenance at once
+// (InvOneLeader); the single-node ones hold cluster-wide, counts and
+// leases checked on the owner's actor.
 //
 // Product bugs the simulator found and that are not fixed yet are named by
 // the Bug… constants; RandomConfig tolerates them (KnownBugs) so they do not
