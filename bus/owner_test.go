@@ -174,7 +174,6 @@ func TestCallsGoStraightToTheOwner(t *testing.T) {
 	p := newPlacement("n1")
 	n1 := startOwnerNode(t, b, "n1", p)
 	n2 := startOwnerNode(t, b, "n2", p)
-	waitListening(t, b, n1.subject(), true)
 
 	c, err := client.Connect(b.srv.ClientURL(), producerTok, nats.MaxReconnects(0))
 	if err != nil {
@@ -254,7 +253,6 @@ func TestAnOwnerSubjectIsOnlyAHint(t *testing.T) {
 	p := newPlacement("n1")
 	n1 := startOwnerNode(t, b, "n1", p)
 	n2 := startOwnerNode(t, b, "n2", p)
-	waitListening(t, b, n2.subject(), true)
 	nc, _ := b.connect(t, producerTok)
 	msg := &nats.Msg{Subject: n2.subject(), Data: []byte(`{"jobs":[{"queue":"q","task":"t"}]}`), Header: nats.Header{}}
 	msg.Header.Set(api.HeaderAuthorization, "Bearer "+producerTok)
@@ -301,7 +299,6 @@ func TestStopDirectWaitsUntilDirectCallsFallQuiet(t *testing.T) {
 	n2 := startOwnerNode(t, b, "n2", p)
 	clock := &fakeNow{t: time.Unix(1_000_000, 0)}
 	n1.svc.now = clock.now
-	waitListening(t, b, n1.subject(), true)
 
 	// A client that knows n1 as the owner, and one that sends to n1's
 	// subject whatever the replies say (a call already on its way).
@@ -372,6 +369,9 @@ func TestStopDirectWaitsAtMostDirectQuietMax(t *testing.T) {
 	startOwnerNode(t, b, "n2", p)
 	clock := &fakeNow{t: time.Unix(1_000_000, 0)}
 	n1.svc.now = clock.now
+	// A call has just come when the stop begins (else a stop that looks
+	// before the loop's first call sees quiet and stops at once).
+	n1.svc.lastDirect.Store(clock.now().UnixNano())
 	stopped := make(chan error, 1)
 	go func() { stopped <- n1.svc.StopDirect(context.Background()) }()
 	// A call comes every half quiet period, for ever: n1 stops anyway,
@@ -426,7 +426,6 @@ func TestALeavingNodesCallsWaitAtTheNextOwner(t *testing.T) {
 	p1, p2 := newPlacement("n2"), newPlacement("n1") // n2 lags behind
 	n1 := startOwnerNode(t, b, "n1", p1)
 	n2 := startOwnerNode(t, b, "n2", p2)
-	waitListening(t, b, n1.subject(), true)
 	n1.view.leave()
 	raw, _ := b.connect(t, producerTok)
 	msg := &nats.Msg{Subject: n1.subject(), Data: []byte(`{"jobs":[{"queue":"q","task":"t"}]}`), Header: nats.Header{}}

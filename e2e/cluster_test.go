@@ -20,7 +20,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/client"
@@ -1066,5 +1069,72 @@ func BenchmarkClusterPropagation(b *testing.B) {
 		b.ReportMetric(100*within05/count, "%<=0.5ms")
 		b.ReportMetric(100*within1/count, "%<=1ms")
 		b.ReportMetric(count, "broadcasts")
+	})
+}
+
+// A gRPC worker on a node that does not own its namespace long-polls
+// through it: that node asks the owner for the poll a second at a time
+// (docs/protocol.md, fq.v1.claim). A poll the worker cancels takes no job,
+// and the job goes to the next claim at its first attempt; a poll in
+// flight when that node stops with SIGTERM is answered, with no job,
+// rather than cut when the stop runs out of time.
+func TestClusterForwardedGRPCLongPolls(t *testing.T) {
+	eachSharedBackend(t, func(t *testing.T) {
+		c := startCluster(t, 3)
+		prod, work := c.token("acme", "producer"), c.token("acme", "worker")
+		_, others := c.ownerOf("acme", c.members)
+		via := others[0]
+
+		conn, sig := signalledConn(t, via.grpc)
+		defer conn.Close()
+		worker := pb.NewWorkerClient(conn)
+		// seen returns once via has read every frame sent before it on
+		// conn (a connection's frames are read in order).
+		seen := func() {
+			t.Helper()
+			if _, err := healthgrpc.NewHealthClient(conn).Check(ctx(t), &healthgrpc.HealthCheckRequest{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pollCtx, cancel := context.WithCancel(withToken(t, work))
+		done := make(chan error, 1)
+		go func() {
+			_, err := worker.Claim(pollCtx, &pb.ClaimRequest{Queues: []string{"q"}, WaitMs: 30_000, LeaseMs: 60_000})
+			done <- err
+		}()
+		<-sig.sent
+		seen()
+		cancel()
+		if err := <-done; status.Code(err) != codes.Canceled {
+			t.Fatalf("cancelled poll: %v", err)
+		}
+		seen()
+		if _, err := pb.NewProducerClient(conn).Enqueue(withToken(t, prod), &pb.EnqueueRequest{Job: &pb.Job{Queue: "q", Task: "t"}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := worker.Claim(withToken(t, work), &pb.ClaimRequest{Queues: []string{"q"}, WaitMs: 10_000, LeaseMs: 60_000})
+		if err != nil || len(resp.GetJobs()) != 1 || resp.GetJobs()[0].GetAttempt() != 1 {
+			t.Fatalf("the claim after a cancelled one: %v, %v; want the job at its first attempt; the nodes' logs:\n%s", resp, err, c.logs())
+		}
+
+		conn2, sig2 := signalledConn(t, via.grpc)
+		defer conn2.Close()
+		answered := make(chan error, 1)
+		go func() {
+			resp, err := pb.NewWorkerClient(conn2).Claim(withToken(t, work), &pb.ClaimRequest{Queues: []string{"q"}, WaitMs: 30_000, LeaseMs: 60_000})
+			if err == nil && len(resp.GetJobs()) != 0 {
+				err = fmt.Errorf("got jobs %v", resp.GetJobs())
+			}
+			answered <- err
+		}()
+		<-sig2.sent
+		// via has read the poll by the time it answers this.
+		if _, err := healthgrpc.NewHealthClient(conn2).Check(ctx(t), &healthgrpc.HealthCheckRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		via.signal(syscall.SIGTERM)
+		if err := <-answered; err != nil {
+			t.Fatalf("a poll in flight when its node stopped: %v, want an answer with no job", err)
+		}
 	})
 }

@@ -186,12 +186,12 @@ func (s *sentSignal) HandleRPC(_ context.Context, st stats.RPCStats) {
 func (s *sentSignal) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
 func (s *sentSignal) HandleConn(context.Context, stats.ConnStats)                       {}
 
-// signalledConn is a gRPC connection to e's node whose first call's
-// request closes the signal's sent once it has gone out.
-func signalledConn(t *testing.T, e *env) (*grpc.ClientConn, *sentSignal) {
+// signalledConn is a gRPC connection to addr whose first call's request
+// closes the signal's sent once it has gone out.
+func signalledConn(t *testing.T, addr string) (*grpc.ClientConn, *sentSignal) {
 	t.Helper()
 	sig := &sentSignal{sent: make(chan struct{})}
-	conn, err := grpc.NewClient(e.node.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(sig))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(sig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestGRPCLongPollAnsweredWhenTheNodeStops(t *testing.T) {
 	for try := 0; ; try++ {
 		e := start(t)
 		tn := e.tenant("acme")
-		conn, sig := signalledConn(t, e)
+		conn, sig := signalledConn(t, e.node.GRPCAddr())
 		done := make(chan error, 1)
 		go func() {
 			resp, err := pb.NewWorkerClient(conn).Claim(withToken(t, tn.worker), &pb.ClaimRequest{Queues: []string{"q"}, WaitMs: 60_000})
@@ -246,7 +246,7 @@ func TestGRPCLongPollAnsweredWhenTheNodeStops(t *testing.T) {
 func TestGRPCCancelledLongPollTakesNoJob(t *testing.T) {
 	e := start(t)
 	tn := e.tenant("acme")
-	conn, sig := signalledConn(t, e)
+	conn, sig := signalledConn(t, e.node.GRPCAddr())
 	defer conn.Close()
 	work := pb.NewWorkerClient(conn)
 	pollCtx, cancel := context.WithCancel(withToken(t, tn.worker))

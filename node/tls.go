@@ -59,7 +59,7 @@ func (c *certFiles) reload() (bool, error) {
 	for i, path := range []string{c.cert, c.key} {
 		st, err := stampOf(path)
 		if err != nil {
-			return false, fmt.Errorf("tls: %w", err)
+			return false, fmt.Errorf("TLS of the admin door and gRPC (--tls-cert, --tls-key): %w", err)
 		}
 		stamps[i] = st
 	}
@@ -68,7 +68,7 @@ func (c *certFiles) reload() (bool, error) {
 	}
 	pair, err := tls.LoadX509KeyPair(c.cert, c.key)
 	if err != nil {
-		return false, fmt.Errorf("tls: %s and %s: %w", c.cert, c.key, err)
+		return false, fmt.Errorf("TLS of the admin door and gRPC (--tls-cert, --tls-key): certificate %s / key %s: %w", c.cert, c.key, err)
 	}
 	c.current, c.stamps = &pair, stamps
 	return true, nil

@@ -191,51 +191,36 @@ func (f faultyLeases) fault(op string) (fails, after bool) {
 	return true, after
 }
 
-func (f faultyLeases) MemberHeartbeat(ctx context.Context, p store.MemberHeartbeatParams) ([]store.Member, error) {
-	fails, after := f.fault("heartbeat")
+// faulty runs call, a write to the lease store, under fault's verdict:
+// failed before it (nothing written) or after it (written, answer lost).
+func faulty[T any](f faultyLeases, op string, call func() (T, error)) (T, error) {
+	var zero T
+	fails, after := f.fault(op)
 	if fails && !after {
-		return nil, errLeaseFault
+		return zero, errLeaseFault
 	}
-	out, err := f.leaseModel.MemberHeartbeat(ctx, p)
+	out, err := call()
 	if fails {
-		return nil, errLeaseFault
+		return zero, errLeaseFault
 	}
 	return out, err
 }
 
+func (f faultyLeases) MemberHeartbeat(ctx context.Context, p store.MemberHeartbeatParams) ([]store.Member, error) {
+	return faulty(f, "heartbeat", func() ([]store.Member, error) { return f.leaseModel.MemberHeartbeat(ctx, p) })
+}
+
 func (f faultyLeases) MemberLeave(ctx context.Context, node string) error {
-	fails, after := f.fault("leave")
-	if fails && !after {
-		return errLeaseFault
-	}
-	err := f.leaseModel.MemberLeave(ctx, node)
-	if fails {
-		return errLeaseFault
-	}
+	_, err := faulty(f, "leave", func() (struct{}, error) { return struct{}{}, f.leaseModel.MemberLeave(ctx, node) })
 	return err
 }
 
 func (f faultyLeases) LeaseAcquire(ctx context.Context, p store.LeaseAcquireParams) ([]store.Lease, error) {
-	fails, after := f.fault("acquire")
-	if fails && !after {
-		return nil, errLeaseFault
-	}
-	out, err := f.leaseModel.LeaseAcquire(ctx, p)
-	if fails {
-		return nil, errLeaseFault
-	}
-	return out, err
+	return faulty(f, "acquire", func() ([]store.Lease, error) { return f.leaseModel.LeaseAcquire(ctx, p) })
 }
 
 func (f faultyLeases) LeaseRelease(ctx context.Context, p store.LeaseReleaseParams) error {
-	fails, after := f.fault("release")
-	if fails && !after {
-		return errLeaseFault
-	}
-	err := f.leaseModel.LeaseRelease(ctx, p)
-	if fails {
-		return errLeaseFault
-	}
+	_, err := faulty(f, "release", func() (struct{}, error) { return struct{}{}, f.leaseModel.LeaseRelease(ctx, p) })
 	return err
 }
 
