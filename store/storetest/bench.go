@@ -58,7 +58,7 @@ func BenchEnqueueMany(b *testing.B, newStore Factory, keyed bool) {
 // BenchClaimAck claims and acks jobs, one claim a time or 32 claims of one
 // job in a group (as a namespace actor does under load).
 func BenchClaimAck(b *testing.B, newStore Factory) {
-	for _, size := range []int{1, 4, 32} {
+	for _, size := range []int{1, 4, 32, 128, 512} {
 		b.Run(fmt.Sprintf("group=%d", size), func(b *testing.B) {
 			s := newStore(b, nil)
 			ctx := b.Context()
