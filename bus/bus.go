@@ -9,8 +9,6 @@ package bus
 
 import (
 	"cmp"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +25,7 @@ import (
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/internal/redact"
+	"github.com/flexiq/flexiq/internal/tlsfiles"
 )
 
 // EmbeddedOptions configure the embedded NATS server.
@@ -46,9 +45,10 @@ type EmbeddedOptions struct {
 	Routes []string
 	// ClusterName names the cluster (default "flexiq").
 	ClusterName string
-	// TLSCert and TLSKey, when set, put TLS on the client and route
-	// listeners.
-	TLSCert, TLSKey string
+	// TLS, when set, puts TLS on the client and route listeners, from
+	// files read again when they change; a route dialled to another node
+	// is verified against the certificates of the same files.
+	TLS *tlsfiles.Pair
 }
 
 // MaxPayload is the embedded server's message limit: a job's payload may be
@@ -84,12 +84,8 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 		// A client that has not authenticated within this is cut.
 		AuthTimeout: 2,
 	}
-	if o.TLSCert != "" || o.TLSKey != "" {
-		tc, err := TLSConfig(o.TLSCert, o.TLSKey)
-		if err != nil {
-			return nil, err
-		}
-		opts.TLSConfig = tc
+	if o.TLS != nil {
+		opts.TLSConfig = o.TLS.ServerConfig()
 		opts.TLS, opts.TLSVerify = true, false
 		opts.TLSTimeout = 2
 	}
@@ -117,12 +113,8 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 			u.User = neturl.UserPassword(routeUser, o.ClusterSecret)
 			opts.Routes = append(opts.Routes, u)
 		}
-		if opts.TLSConfig != nil {
-			tc, err := TLSConfig(o.TLSCert, o.TLSKey)
-			if err != nil {
-				return nil, err
-			}
-			opts.Cluster.TLSConfig = tc
+		if o.TLS != nil {
+			opts.Cluster.TLSConfig = o.TLS.PeerConfig()
 			opts.Cluster.TLSTimeout = 2
 		}
 	}
@@ -190,33 +182,6 @@ func splitHostPort(addr, what string) (string, int, error) {
 	return host, port, nil
 }
 
-// TLSConfig loads a certificate and key for the server's listeners. The
-// certificates in the file (the leaf and any chain) are also trusted as
-// roots, so nodes sharing one certificate (or one CA) verify each other's
-// routes; the route's password, the cluster secret, is what admits it.
-func TLSConfig(certFile, keyFile string) (*tls.Config, error) {
-	if certFile == "" || keyFile == "" {
-		return nil, errors.New("TLS needs both --nats-tls-cert and --nats-tls-key")
-	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("TLS certificate %s / key %s: %w", certFile, keyFile, err)
-	}
-	pool := x509.NewCertPool()
-	for _, der := range cert.Certificate {
-		c, err := x509.ParseCertificate(der)
-		if err != nil {
-			return nil, fmt.Errorf("TLS certificate %s: %w", certFile, err)
-		}
-		pool.AddCert(c)
-	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		RootCAs:      pool,
-		MinVersion:   tls.VersionTLS12,
-	}, nil
-}
-
 // ConnectOptions say how a node reaches NATS.
 type ConnectOptions struct {
 	// URL is an external server; empty = the embedded server.
@@ -230,9 +195,9 @@ type ConnectOptions struct {
 	Secret string
 	// Creds is a NATS credentials file for an external server.
 	Creds string
-	// TLSCert is the embedded server's certificate, trusted when it is
-	// served with TLS.
-	TLSCert, TLSKey string
+	// TLS is the embedded server's certificate pair when it serves TLS:
+	// the connection trusts the certificates of its file.
+	TLS *tlsfiles.Pair
 	// Log gets the connection's asynchronous errors (a permission the
 	// server refused, a slow consumer) instead of nats.go's stderr.
 	Log *slog.Logger
@@ -264,12 +229,8 @@ func Connect(o ConnectOptions) (*nats.Conn, error) {
 		}
 		url = o.Server.ClientURL()
 		opts = append(opts, nats.Token(o.Secret))
-		if o.TLSCert != "" {
-			tc, err := TLSConfig(o.TLSCert, o.TLSKey)
-			if err != nil {
-				return nil, err
-			}
-			opts = append(opts, nats.Secure(&tls.Config{RootCAs: tc.RootCAs, MinVersion: tls.VersionTLS12}))
+		if o.TLS != nil {
+			opts = append(opts, nats.Secure(o.TLS.ClientConfig()))
 		}
 	} else if o.Creds != "" {
 		opts = append(opts, nats.UserCredentials(o.Creds))

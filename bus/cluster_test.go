@@ -14,12 +14,18 @@ import (
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/auth"
 	"github.com/flexiq/flexiq/internal/testcert"
+	"github.com/flexiq/flexiq/internal/tlsfiles"
 )
 
 // selfSigned writes a certificate for 127.0.0.1 and its key, made in the
 // test, and returns their paths.
-func selfSigned(t *testing.T) (certFile, keyFile string) {
-	return testcert.Write(t, t.TempDir(), 1)
+func selfSigned(t *testing.T) (pair *tlsfiles.Pair, certFile string) {
+	certFile, keyFile := testcert.Write(t, t.TempDir(), 1)
+	pair, err := tlsfiles.Load(certFile, keyFile, "test TLS", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair, certFile
 }
 
 func freePort(t *testing.T) string {
@@ -91,15 +97,15 @@ func clusterMember(t *testing.T, o EmbeddedOptions) *server.Server {
 // cluster secret: a node on one serves a client on the other; a client
 // that does not trust the certificate cannot connect at all.
 func TestRoutesAndClientsOverTLS(t *testing.T) {
-	cert, key := selfSigned(t)
+	pair, cert := selfSigned(t)
 	routeA := freePort(t)
-	a := clusterMember(t, EmbeddedOptions{ServerName: "a", ClusterSecret: testSecret, ClusterListen: routeA, TLSCert: cert, TLSKey: key})
+	a := clusterMember(t, EmbeddedOptions{ServerName: "a", ClusterSecret: testSecret, ClusterListen: routeA, TLS: pair})
 	spy := newLogSpy()
 	a.SetLoggerV2(spy, false, false, false)
-	b := clusterMember(t, EmbeddedOptions{ServerName: "b", ClusterSecret: testSecret, Routes: []string{"nats://" + routeA}, TLSCert: cert, TLSKey: key})
+	b := clusterMember(t, EmbeddedOptions{ServerName: "b", ClusterSecret: testSecret, Routes: []string{"nats://" + routeA}, TLS: pair})
 	spy.waitLine(t, "Route connection created")
 
-	node, err := Connect(ConnectOptions{Server: a, Name: "node-a", Secret: testSecret, TLSCert: cert, TLSKey: key})
+	node, err := Connect(ConnectOptions{Server: a, Name: "node-a", Secret: testSecret, TLS: pair})
 	if err != nil {
 		t.Fatalf("node over TLS: %v", err)
 	}
@@ -110,12 +116,8 @@ func TestRoutesAndClientsOverTLS(t *testing.T) {
 	if err := node.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	tc, err := TLSConfig(cert, key)
-	if err != nil {
-		t.Fatal(err)
-	}
 	c, err := nats.Connect(b.ClientURL(), nats.Token(producerTok), nats.CustomInboxPrefix(api.InboxPrefix(producerTok)),
-		nats.Secure(&tls.Config{RootCAs: tc.RootCAs, MinVersion: tls.VersionTLS12}))
+		nats.Secure(&tls.Config{RootCAs: testcert.Pool(t, cert), MinVersion: tls.VersionTLS12}))
 	if err != nil {
 		t.Fatalf("client over TLS: %v", err)
 	}

@@ -48,7 +48,10 @@ type member struct {
 	routes                 []string
 	cmd                    *exec.Cmd
 	maintenance            bool
-	exited                 chan struct{}
+	// natsCert and natsKey, when set, put TLS on the embedded server's
+	// client and route listeners.
+	natsCert, natsKey string
+	exited            chan struct{}
 }
 
 func (m *member) start() {
@@ -60,6 +63,9 @@ func (m *member) start() {
 	args := []string{"--data-dir", m.dir, "--store", m.store, "--nats-listen", m.natsAddr, "--admin-addr", m.admin,
 		"--root-token", clusterRoot, "--cluster-secret", clusterSecret, "--node-id", m.id,
 		"--cluster-listen", m.route, "--routes", strings.Join(m.routes, ","), "--grpc-addr", m.grpc}
+	if m.natsCert != "" {
+		args = append(args, "--nats-tls-cert", m.natsCert, "--nats-tls-key", m.natsKey)
+	}
 	m.cmd = exec.Command(bin, args...)
 	m.cmd.Env = append(os.Environ(), "FLEXIQ_MAINTENANCE="+map[bool]string{true: "on", false: "off"}[m.maintenance])
 	logf, err := os.OpenFile(filepath.Join(m.dir, "node.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
@@ -121,6 +127,13 @@ type testCluster struct {
 // joined by routes, and waits until they have placed every partition.
 func startCluster(t testing.TB, n int) *testCluster {
 	t.Helper()
+	return startClusterWith(t, n, nil)
+}
+
+// startClusterWith is startCluster with setup applied to each member
+// before it starts.
+func startClusterWith(t testing.TB, n int, setup func(*member)) *testCluster {
+	t.Helper()
 	storeURL := storeURLFor(t, t.TempDir())
 	c := &testCluster{t: t}
 	var routes []string
@@ -138,6 +151,9 @@ func startCluster(t testing.TB, n int) *testCluster {
 		}
 	}
 	for _, m := range c.members {
+		if setup != nil {
+			setup(m)
+		}
 		m.start()
 		t.Cleanup(func() { m.signal(syscall.SIGKILL) })
 	}

@@ -79,8 +79,11 @@ type proc struct {
 	// certFile and keyFile, when set, put TLS on the admin door and gRPC
 	// (--tls-cert, --tls-key).
 	certFile, keyFile string
-	cmd               *exec.Cmd
-	httpc             *http.Client
+	// natsTLS puts the same certificate on the embedded NATS server
+	// (--nats-tls-cert, --nats-tls-key).
+	natsTLS bool
+	cmd     *exec.Cmd
+	httpc   *http.Client
 }
 
 // adminURL is the admin door's URL.
@@ -122,6 +125,9 @@ func (p *proc) start() {
 		"--admin-addr", p.admin, "--grpc-addr", p.grpc, "--root-token", p.root, "--node-id", "crash"}
 	if p.certFile != "" {
 		args = append(args, "--tls-cert", p.certFile, "--tls-key", p.keyFile)
+	}
+	if p.natsTLS {
+		args = append(args, "--nats-tls-cert", p.certFile, "--nats-tls-key", p.keyFile)
 	}
 	p.cmd = exec.Command(p.bin, args...)
 	p.cmd.Env = append(os.Environ(), "FLEXIQ_MAINTENANCE=off")

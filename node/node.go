@@ -34,6 +34,7 @@ import (
 	"github.com/flexiq/flexiq/cluster"
 	"github.com/flexiq/flexiq/grpcapi"
 	"github.com/flexiq/flexiq/internal/redact"
+	"github.com/flexiq/flexiq/internal/tlsfiles"
 	"github.com/flexiq/flexiq/retention"
 	"github.com/flexiq/flexiq/store"
 	"github.com/flexiq/flexiq/store/open"
@@ -199,12 +200,18 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	authn := auth.New(n.Store, n.rootToken, time.Now)
 	n.authn = authn
+	var natsTLS *tlsfiles.Pair
+	if cfg.NATSURL == "" && (cfg.NATSTLSCert != "" || cfg.NATSTLSKey != "") {
+		if natsTLS, err = tlsfiles.Load(cfg.NATSTLSCert, cfg.NATSTLSKey, "NATS TLS (--nats-tls-cert, --nats-tls-key)", n.log); err != nil {
+			return n, err
+		}
+	}
 	if cfg.NATSURL == "" {
 		n.natsAuth = bus.NewClientAuth(n.secret, authn, n.log)
 		n.server, err = bus.StartEmbedded(bus.EmbeddedOptions{
 			Listen: cfg.NATSListen, ServerName: cfg.NodeID, Auth: n.natsAuth,
 			ClusterSecret: n.secret, ClusterListen: cfg.ClusterListen, Routes: cfg.Routes, ClusterName: cfg.ClusterName,
-			TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey,
+			TLS: natsTLS,
 		})
 		if err != nil {
 			return n, err
@@ -215,7 +222,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	n.nc, err = bus.Connect(bus.ConnectOptions{
 		URL: cfg.NATSURL, Server: n.server, Name: "flexiq-node-" + cfg.NodeID,
-		Secret: n.secret, Creds: cfg.NATSCreds, TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey, Log: n.log,
+		Secret: n.secret, Creds: cfg.NATSCreds, TLS: natsTLS, Log: n.log,
 	})
 	if err != nil {
 		return n, err
@@ -292,9 +299,9 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	// The admin door's bounds (docs/admin-api.md): at most admin.DefaultMaxConns
 	// connections, /healthz answering past them; requests cut after 10 s,
 	// idle connections after 60 s.
-	var certs *certFiles
+	var certs *tlsfiles.Pair
 	if cfg.TLSCert != "" || cfg.TLSKey != "" {
-		if certs, err = loadCertFiles(cfg.TLSCert, cfg.TLSKey, n.log); err != nil {
+		if certs, err = tlsfiles.Load(cfg.TLSCert, cfg.TLSKey, "TLS of the admin door and gRPC (--tls-cert, --tls-key)", n.log); err != nil {
 			return n, err
 		}
 	}
@@ -304,7 +311,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	warnIfExposed(n.log, "the admin door", n.httpLn.Addr(), certs != nil)
 	if certs != nil {
-		n.httpLn = tls.NewListener(n.httpLn, certs.config())
+		n.httpLn = tls.NewListener(n.httpLn, certs.ServerConfig())
 		n.adminScheme = "https"
 	}
 	adminDoor := admin.New(admin.Deps{
@@ -339,7 +346,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		warnIfExposed(n.log, "gRPC", n.grpcLn.Addr(), certs != nil)
 		var opts []grpc.ServerOption
 		if certs != nil {
-			opts = append(opts, grpc.Creds(credentials.NewTLS(certs.config())))
+			opts = append(opts, grpc.Creds(credentials.NewTLS(certs.ServerConfig())))
 		}
 		n.grpcSrv = grpcapi.New(grpcapi.Deps{Auth: authn, Actors: n.sender, Admin: adminDoor, Log: n.log}, opts...)
 		n.bg.Add(1)

@@ -17,6 +17,7 @@ package cli
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -63,9 +64,10 @@ func RunContext(ctx context.Context, args []string, getenv func(string) string, 
 		server: setting{flag: "server", env: "FQ_SERVER", value: DefaultServer},
 		nats:   setting{flag: "nats", env: "FQ_NATS_URL", value: DefaultNATS},
 		token:  setting{flag: "token", env: "FQ_TOKEN"},
+		ca:     setting{flag: "ca", env: "FQ_CA"},
 		httpc:  &http.Client{Timeout: 30 * time.Second},
 	}
-	for _, s := range []*setting{&a.server, &a.nats, &a.token} {
+	for _, s := range a.globals() {
 		if v := getenv(s.env); v != "" {
 			s.value, s.fromEnv = v, true
 		}
@@ -82,7 +84,13 @@ type app struct {
 	args   []string
 
 	server, nats, token setting
-	httpc               *http.Client
+	// ca names a PEM file of the certificates trusted for TLS (the admin
+	// door over https, NATS over TLS) instead of the system's store.
+	ca    setting
+	httpc *http.Client
+	// roots is ca read, once (rootsDone).
+	roots     *x509.CertPool
+	rootsDone bool
 
 	tokenDone bool
 	tokenVal  string
@@ -208,12 +216,13 @@ func findCommand(args []string) *command {
 }
 
 func (a *app) topUsage(w io.Writer) {
-	fmt.Fprintln(w, "usage: fq [--server URL] [--nats URL] [--token T] COMMAND [flags] [args]")
+	fmt.Fprintln(w, "usage: fq [--server URL] [--nats URL] [--token T] [--ca FILE] COMMAND [flags] [args]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "global flags (accepted before or after the command):")
 	fmt.Fprintf(w, "  --server URL   admin door (env FQ_SERVER, default %s)\n", DefaultServer)
 	fmt.Fprintf(w, "  --nats URL     NATS (env FQ_NATS_URL, default %s)\n", DefaultNATS)
 	fmt.Fprintf(w, "  --token T      bearer token (env FQ_TOKEN, else the file FQ_TOKEN_FILE, else ./%s)\n", DefaultTokenFile)
+	fmt.Fprintln(w, "  --ca FILE      PEM certificates to trust for https:// and NATS TLS instead of the system's (env FQ_CA)")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "commands:")
 	for _, c := range commands {

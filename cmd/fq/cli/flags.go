@@ -37,12 +37,12 @@ func (a *app) newFlags(cmd *command) *flags {
 	f := &flags{a: a, cmd: cmd, fs: flag.NewFlagSet(name, flag.ContinueOnError)}
 	f.fs.SetOutput(io.Discard)
 	f.fs.Usage = func() {}
-	for _, s := range []*setting{&a.server, &a.nats, &a.token} {
-		s := s
+	for _, s := range a.globals() {
 		help := map[string]string{
 			"server": "admin door URL (env FQ_SERVER)",
 			"nats":   "NATS URL (env FQ_NATS_URL)",
 			"token":  "bearer token (env FQ_TOKEN; else the file FQ_TOKEN_FILE; else ./" + DefaultTokenFile + ")",
+			"ca":     "PEM certificates trusted for TLS instead of the system's (env FQ_CA)",
 		}[s.flag]
 		f.fs.Func(s.flag, help, func(v string) error {
 			s.value, s.fromFlag = v, true

@@ -2,12 +2,15 @@ package cli
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -52,6 +55,9 @@ func (a *app) admin(method, path string, body, out any) ([]byte, error) {
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if err := a.trustCA(); err != nil {
+		return nil, err
 	}
 	resp, err := a.httpc.Do(req)
 	if err != nil {
@@ -105,7 +111,19 @@ func (a *app) connect(opts ...nats.Option) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	roots, err := a.tlsRoots()
+	if err != nil {
+		return nil, err
+	}
 	opts = append([]nats.Option{nats.Name("fq"), nats.Timeout(5 * time.Second)}, opts...)
+	if roots != nil {
+		// The roots serve a server that asks for TLS (or a tls:// URL);
+		// nats.Secure would also demand TLS of a server that offers none.
+		opts = append(opts, func(o *nats.Options) error {
+			o.TLSConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+			return nil
+		})
+	}
 	c, err := client.Connect(u, token, opts...)
 	if ae, ok := api.AsError(err); ok {
 		return nil, ae // refused (a revoked token): exit 1, its message as is
@@ -114,6 +132,51 @@ func (a *app) connect(opts ...nats.Option) (*client.Client, error) {
 		return nil, unreachableError{msg: fmt.Sprintf("fq: cannot reach the node: %v", err)}
 	}
 	return c, nil
+}
+
+// globals are the settings every command takes.
+func (a *app) globals() []*setting { return []*setting{&a.server, &a.nats, &a.token, &a.ca} }
+
+// maxCAFile bounds the file --ca names: a bundle of a few hundred
+// certificates fits many times over.
+const maxCAFile = 4 << 20
+
+// tlsRoots is the pool of the certificates in the file --ca (FQ_CA) names,
+// read once; nil when none is named (the system's store is used).
+func (a *app) tlsRoots() (*x509.CertPool, error) {
+	if a.rootsDone || a.ca.value == "" {
+		return a.roots, nil
+	}
+	f, err := os.Open(a.ca.value)
+	if err != nil {
+		return nil, usageError{msg: fmt.Sprintf("%s: %v", a.source(&a.ca), err)}
+	}
+	defer f.Close()
+	pem, err := io.ReadAll(io.LimitReader(f, maxCAFile+1))
+	if err != nil {
+		return nil, usageError{msg: fmt.Sprintf("%s: %v", a.source(&a.ca), err)}
+	}
+	if len(pem) > maxCAFile {
+		return nil, usageError{msg: fmt.Sprintf("%s: %s is larger than %d bytes", a.source(&a.ca), a.ca.value, maxCAFile)}
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, usageError{msg: fmt.Sprintf("%s: no PEM certificate in %s", a.source(&a.ca), a.ca.value)}
+	}
+	a.roots, a.rootsDone = pool, true
+	return pool, nil
+}
+
+// trustCA makes the admin door's client trust --ca's certificates, once.
+func (a *app) trustCA() error {
+	roots, err := a.tlsRoots()
+	if err != nil || roots == nil || a.httpc.Transport != nil {
+		return err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	a.httpc.Transport = tr
+	return nil
 }
 
 // printRaw prints a reply body as the server sent it, ending in a newline.
