@@ -112,7 +112,7 @@ func (p *Pair) fresh() (*tls.Certificate, *x509.CertPool) {
 		}
 	case changed:
 		p.warned = ""
-		p.log.Info("TLS certificate read again", "cert", p.cert)
+		p.log.Info("TLS certificate read again", "for", p.what, "cert", p.cert)
 	}
 	return p.current, p.roots
 }
