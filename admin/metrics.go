@@ -194,3 +194,15 @@ func (m *Metrics) Skipped(ns string) { m.RetentionSkipped.WithLabelValues(ns).In
 // Fired counts a periodic fire by outcome (enqueued, deduplicated, shed,
 // refused).
 func (m *Metrics) Fired(ns, outcome string) { m.PeriodicFires.WithLabelValues(ns, outcome).Inc() }
+
+// WatchCertificate exports the expiry of the certificate a listener serves
+// as flexiq_tls_certificate_expiration_timestamp_seconds{listener}, read
+// at each scrape: notAfter reports the certificate in use now, so a
+// renewal shows without a restart and an alert can fire before the date.
+func (m *Metrics) WatchCertificate(listener string, notAfter func() time.Time) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "flexiq_tls_certificate_expiration_timestamp_seconds",
+		Help:        "Unix time at which the certificate a listener serves expires (admin_grpc: the admin door and gRPC; nats: the embedded NATS server).",
+		ConstLabels: prometheus.Labels{"listener": listener},
+	}, func() float64 { return float64(notAfter().Unix()) }))
+}

@@ -6,6 +6,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -33,6 +35,7 @@ func TestTLSOnTheAdminDoorAndGRPC(t *testing.T) {
 	p := newProc(t)
 	certDir := t.TempDir()
 	p.certFile, p.keyFile = testcert.Write(t, certDir, 1)
+	p.natsTLS = true
 	p.start()
 	defer p.kill()
 
@@ -74,6 +77,22 @@ func TestTLSOnTheAdminDoorAndGRPC(t *testing.T) {
 	}
 	if err := grpcCall(insecure.NewCredentials()); err == nil {
 		t.Fatal("gRPC answered a call in the clear")
+	}
+
+	// /metrics tells when each listener's certificate expires.
+	mreq, _ := http.NewRequest("GET", p.adminURL()+"/metrics", nil)
+	mreq.Header.Set("Authorization", "Bearer "+p.root)
+	mresp, err := p.httpClient().Do(mreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, l := range []string{"admin_grpc", "nats"} {
+		line := fmt.Sprintf("flexiq_tls_certificate_expiration_timestamp_seconds{listener=%q} %g", l, float64(testcert.Leaf(t, p.certFile).NotAfter.Unix()))
+		if !strings.Contains(string(metrics), line) {
+			t.Errorf("/metrics has no line %q", line)
+		}
 	}
 
 	// The certificate is renewed in place: new connections see it.

@@ -241,6 +241,9 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 
 	n.Metrics = admin.NewMetrics()
+	if natsTLS != nil {
+		n.Metrics.WatchCertificate("nats", natsTLS.NotAfter)
+	}
 	n.History = admin.NewHistory(n.Metrics, cfg.SampleInterval)
 	n.Cache = cachebust.New(n.Store, cfg.QuotaCacheTTL, n.log)
 	runCtx, runCancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -304,6 +307,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		if certs, err = tlsfiles.Load(cfg.TLSCert, cfg.TLSKey, "TLS of the admin door and gRPC (--tls-cert, --tls-key)", n.log); err != nil {
 			return n, err
 		}
+		n.Metrics.WatchCertificate("admin_grpc", certs.NotAfter)
 	}
 	n.httpLn, err = admin.Listen(cfg.AdminAddr, admin.DefaultMaxConns)
 	if err != nil {

@@ -32,7 +32,7 @@ func Write(t testing.TB, dir string, serial int64) (certFile, keyFile string) {
 		SerialNumber:          big.NewInt(serial),
 		Subject:               pkix.Name{CommonName: "flexiq test"},
 		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
+		NotAfter:              notAfter(serial),
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
@@ -56,6 +56,12 @@ func Write(t testing.TB, dir string, serial int64) (certFile, keyFile string) {
 		t.Fatal(err)
 	}
 	return certFile, keyFile
+}
+
+// notAfter is when the certificate Write makes with serial expires: an
+// hour from now plus serial minutes, so a renewal's expiry differs.
+func notAfter(serial int64) time.Time {
+	return time.Now().Add(time.Hour + time.Duration(serial)*time.Minute).Truncate(time.Second)
 }
 
 // Pool is a pool holding the certificate in certFile.
@@ -151,4 +157,22 @@ func (ca *CA) Pool() *x509.CertPool {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.cert)
 	return pool
+}
+
+// Leaf is the first certificate in the PEM file certFile.
+func Leaf(t testing.TB, certFile string) *x509.Certificate {
+	t.Helper()
+	data, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatalf("no PEM block in %s", certFile)
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -87,10 +87,13 @@ func (p *Pair) reload() (bool, error) {
 		return false, fmt.Errorf("%s: certificate %s / key %s: %w", p.what, p.cert, p.key, err)
 	}
 	roots := x509.NewCertPool()
-	for _, der := range pair.Certificate {
+	for i, der := range pair.Certificate {
 		c, err := x509.ParseCertificate(der)
 		if err != nil {
 			return false, fmt.Errorf("%s: certificate %s: %w", p.what, p.cert, err)
+		}
+		if i == 0 && pair.Leaf == nil {
+			pair.Leaf = c // GODEBUG x509keypairleaf=0 leaves it out
 		}
 		roots.AddCert(c)
 	}
@@ -121,6 +124,12 @@ func (p *Pair) fresh() (*tls.Certificate, *x509.CertPool) {
 func (p *Pair) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	c, _ := p.fresh()
 	return c, nil
+}
+
+// NotAfter is when the certificate in use now expires.
+func (p *Pair) NotAfter() time.Time {
+	c, _ := p.fresh()
+	return c.Leaf.NotAfter
 }
 
 // Roots is the certificates of the certificate file as last read.

@@ -60,6 +60,9 @@ func TestAPairIsReadAgainWhenItsFilesChange(t *testing.T) {
 	if got := served(t, c); got != 2 {
 		t.Fatalf("after the renewal serves serial %d, want 2", got)
 	}
+	if got, want := c.NotAfter(), testcert.Leaf(t, cert).NotAfter; !got.Equal(want) {
+		t.Fatalf("NotAfter %v after the renewal, want the new certificate's %v", got, want)
+	}
 
 	// The certificate is renewed, its key not yet.
 	keep, err := os.ReadFile(key)
