@@ -49,6 +49,9 @@ type Client struct {
 	drop    context.CancelCauseFunc
 	status  chan nats.Status
 	watched chan struct{}
+
+	// claims carries the replies of claims (claims.go).
+	claims claimReplies
 }
 
 // ErrConnectionLost is the cause of a request that was in flight when the
@@ -60,6 +63,7 @@ var ErrConnectionLost = errors.New("connection to NATS lost before the reply")
 // status until nc closes (Close closes it).
 func New(nc *nats.Conn, token string) *Client {
 	c := &Client{nc: nc, token: token, Timeout: 10 * time.Second, watched: make(chan struct{})}
+	c.claims.c = c
 	c.lost, c.drop = context.WithCancelCause(context.Background())
 	c.status = nc.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
 	go c.watch()
@@ -131,6 +135,14 @@ var ErrUnreachable = errors.New("flexiq: no node answered")
 
 // call sends req on subject and decodes the reply into resp.
 func (c *Client) call(ctx context.Context, subject string, req, resp any) error {
+	return c.callWith(ctx, subject, req, resp, c.nc.RequestMsgWithContext)
+}
+
+// sendFunc sends a request and waits for its reply.
+type sendFunc func(ctx context.Context, msg *nats.Msg) (*nats.Msg, error)
+
+// callWith is call with the request sent by send.
+func (c *Client) callWith(ctx context.Context, subject string, req, resp any, send sendFunc) error {
 	data, err := api.MarshalFast(req)
 	if err != nil {
 		return fmt.Errorf("encode request: %w", err)
@@ -146,7 +158,7 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) error 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(lost, func() { cancel(context.Cause(lost)) })()
-	reply, err := c.request(ctx, subject, data)
+	reply, err := c.request(ctx, subject, data, send)
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, ErrConnectionLost) {
 			err = cause
@@ -168,11 +180,11 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) error 
 // request sends one call: to the owner's subject when a reply has named
 // it, else (or when nobody listens there any more: the node is gone) to
 // the plain subject any node takes.
-func (c *Client) request(ctx context.Context, subject string, data []byte) (*nats.Msg, error) {
+func (c *Client) request(ctx context.Context, subject string, data []byte, send sendFunc) (*nats.Msg, error) {
 	auth := []string{"Bearer " + c.token}
 	if o := c.owner.Load(); o != nil {
 		msg := &nats.Msg{Subject: api.SubjectOwner(*o, subject), Data: data, Header: nats.Header{api.HeaderAuthorization: auth}}
-		reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+		reply, err := send(ctx, msg)
 		if !errors.Is(err, nats.ErrNoResponders) {
 			c.noteOwner(reply)
 			return reply, err
@@ -181,7 +193,7 @@ func (c *Client) request(ctx context.Context, subject string, data []byte) (*nat
 		c.owner.CompareAndSwap(o, nil)
 	}
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{api.HeaderAuthorization: auth}}
-	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	reply, err := send(ctx, msg)
 	c.noteOwner(reply)
 	return reply, err
 }
@@ -255,16 +267,29 @@ func (c *Client) Replay(ctx context.Context, ids ...string) ([]api.EnqueueResult
 }
 
 // Claim asks for up to req.Max jobs, waiting up to req.WaitMS.
+//
+// A caller whose ctx ends (or whose call times out) before the answer gets
+// its error at once, but the client keeps listening for that answer (for
+// WaitMS plus Timeout, or until ctx's deadline if later): a node cannot
+// tell that a caller left, and jobs it hands to one would stay leased to
+// nobody, an attempt spent, until their leases ran out. Jobs that come
+// back that way are released (Release: pending again, the attempt not
+// spent).
 func (c *Client) Claim(ctx context.Context, req api.ClaimRequest) ([]api.Job, error) {
+	linger := c.Timeout + time.Duration(req.WaitMS)*time.Millisecond
 	if req.WaitMS > 0 {
 		if _, ok := ctx.Deadline(); !ok {
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, c.Timeout+time.Duration(req.WaitMS)*time.Millisecond)
+			ctx, cancel = context.WithTimeout(ctx, linger)
 			defer cancel()
 		}
 	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) > linger {
+		linger = time.Until(d)
+	}
 	var reply api.ClaimReply
-	if err := c.call(ctx, api.SubjectClaim, req, &reply); err != nil {
+	send := func(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) { return c.claims.request(ctx, msg, linger) }
+	if err := c.callWith(ctx, api.SubjectClaim, req, &reply, send); err != nil {
 		return nil, err
 	}
 	return reply.Jobs, nil

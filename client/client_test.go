@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"testing"
@@ -123,5 +124,96 @@ func TestRequestAfterReconnectIsAnswered(t *testing.T) {
 	}
 	if len(jobs) != 1 || jobs[0].ID != "j1" {
 		t.Fatalf("claim after reconnection = %+v, want job j1", jobs)
+	}
+}
+
+// A caller that leaves a claim (its context ends) gets its error at once;
+// jobs the node hands out for that claim afterwards are released, not left
+// leased to nobody until their leases run out.
+func TestJobsOfAClaimItsCallerLeftAreReleased(t *testing.T) {
+	srv := startNATS(t)
+	node, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	claims := make(chan *nats.Msg, 1)
+	if _, err := node.Subscribe(api.SubjectClaim, func(m *nats.Msg) { claims <- m }); err != nil {
+		t.Fatal(err)
+	}
+	nacks := make(chan api.NackRequest, 4)
+	if _, err := node.Subscribe(api.SubjectNack, func(m *nats.Msg) {
+		var n api.NackRequest
+		_ = json.Unmarshal(m.Data, &n)
+		nacks <- n
+		_ = m.Respond([]byte(`{}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Connect(srv.ClientURL(), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Claim(ctx, api.ClaimRequest{Queues: []string{"q"}, Max: 2, WaitMS: 60_000})
+		done <- err
+	}()
+	req := <-claims
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) || !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("claim left by its caller: %v, want ErrUnreachable and context.Canceled", err)
+	}
+	// The node, not knowing, answers with two jobs.
+	if err := req.Respond([]byte(`{"jobs":[{"id":"j1","attempt":1},{"id":"j2","attempt":3}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for range 2 {
+		select {
+		case n := <-nacks:
+			if !n.Release {
+				t.Fatalf("nack of %s without release: %+v", n.ID, n)
+			}
+			got[n.ID] = n.Attempt
+		case <-time.After(30 * time.Second):
+			t.Fatalf("released %v 30 s after the answer, want j1 and j2", got)
+		}
+	}
+	if got["j1"] != 1 || got["j2"] != 3 {
+		t.Fatalf("released %v, want j1 at attempt 1 and j2 at attempt 3", got)
+	}
+}
+
+// A claim answered before its caller leaves is the caller's, as usual.
+func TestAClaimAnsweredIsTheCallers(t *testing.T) {
+	srv := startNATS(t)
+	node, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	if _, err := node.Subscribe(api.SubjectClaim, func(m *nats.Msg) { _ = m.Respond([]byte(`{"jobs":[{"id":"j1","attempt":1}]}`)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Connect(srv.ClientURL(), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	jobs, err := c.Claim(ctx, api.ClaimRequest{Queues: []string{"q"}, Max: 1, WaitMS: 1000})
+	if err != nil || len(jobs) != 1 || jobs[0].ID != "j1" {
+		t.Fatalf("claim: %+v, %v; want j1", jobs, err)
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -271,5 +272,38 @@ func TestGRPCCancelledLongPollTakesNoJob(t *testing.T) {
 	resp, err := work.Claim(withToken(t, tn.worker), &pb.ClaimRequest{Queues: []string{"q"}, WaitMs: 5_000, LeaseMs: 60_000})
 	if err != nil || len(resp.GetJobs()) != 1 || resp.GetJobs()[0].GetAttempt() != 1 {
 		t.Fatalf("the next claim: %v, %v; want the job at its first attempt", resp, err)
+	}
+}
+
+// The same over NATS with the Go client: a caller that leaves a long poll
+// gets its error at once, and the job the node hands to that poll is given
+// back (the client releases it), so the next claim gets it at its first
+// attempt instead of after its lease.
+func TestNATSCancelledLongPollTakesNoJob(t *testing.T) {
+	e := start(t)
+	tn := e.tenant("acme")
+	pollCtx, cancel := context.WithCancel(context.Background())
+	sent := tn.w.Conn().Stats().OutMsgs
+	done := make(chan error, 1)
+	go func() {
+		_, err := tn.w.Claim(pollCtx, api.ClaimRequest{Queues: []string{"q"}, Max: 1, WaitMS: 60_000, LeaseMS: 60_000})
+		done <- err
+	}()
+	// The claim is on its way once the connection has sent it.
+	for tn.w.Conn().Stats().OutMsgs == sent {
+		waitFor(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled claim: %v", err)
+	}
+	if _, err := tn.p.Enqueue(ctx(t), job("q", "t")); err != nil {
+		t.Fatal(err)
+	}
+	// This claim reaches the node after the one left (one connection, in
+	// order): the job went to that one first.
+	jobs, err := tn.w.Claim(ctx(t), api.ClaimRequest{Queues: []string{"q"}, Max: 1, WaitMS: 10_000, LeaseMS: 60_000})
+	if err != nil || len(jobs) != 1 || jobs[0].Attempt != 1 {
+		t.Fatalf("the next claim: %+v, %v; want the job at its first attempt", jobs, err)
 	}
 }

@@ -226,6 +226,20 @@ export class Client {
    * @returns {Promise<any>}
    */
   async request(subject, body, options = {}) {
+    return this.#call(subject, body, options);
+  }
+
+  /**
+   * request, with late: given, it gets the reply of a request whose signal
+   * aborted first (the request itself goes on until the node answers or
+   * it times out: a node cannot tell that its caller left).
+   * @param {string} subject
+   * @param {unknown} body
+   * @param {import("../index.js").CallOptions} options
+   * @param {(msg: import("@nats-io/transport-node").Msg) => void} [late]
+   * @returns {Promise<any>}
+   */
+  async #call(subject, body, options, late) {
     const { signal, timeout = this.#timeout } = options;
     signal?.throwIfAborted();
     const data =
@@ -247,11 +261,15 @@ export class Client {
       msg = await new Promise((resolve, reject) => {
         dropped = reject;
         this.#inflight.add(dropped);
+        const sent = this.#send(subject, data, { timeout, headers: h });
         if (signal) {
-          onAbort = () => reject(signal.reason);
+          onAbort = () => {
+            reject(signal.reason);
+            if (late) sent.then(late, () => {});
+          };
           signal.addEventListener("abort", onAbort, { once: true });
         }
-        this.#send(subject, data, { timeout, headers: h }).then(resolve, reject);
+        sent.then(resolve, reject);
       });
     } catch (err) {
       if (signal?.aborted && err === signal.reason) throw err;
@@ -360,9 +378,10 @@ export class Client {
    * one (long poll). Each comes with a lease of `leaseMs`. Without an
    * explicit `timeout`, the request waits the client's timeout plus `waitMs`.
    *
-   * Aborting a claim that waits does not take it back: a job the node hands
-   * out after the abort stays leased until its lease expires (a failed
-   * attempt), then runs again.
+   * Aborting a claim rejects it at once, but its request goes on until the
+   * node answers (a node cannot tell that its caller left): jobs that
+   * answer brings are released (pending again, their attempt not spent)
+   * instead of staying leased to nobody until their leases expire.
    * @param {import("../index.js").ClaimOptions} claim
    * @param {import("../index.js").CallOptions} [options]
    * @returns {Promise<import("../index.js").Job[]>}
@@ -371,12 +390,30 @@ export class Client {
     const { queues, max = 1, waitMs = 0, leaseMs = 30_000, worker = "" } = claim;
     const signal = options.signal ?? claim.signal;
     const timeout = options.timeout ?? claim.timeout ?? this.#timeout + waitMs;
-    const reply = await this.request(
+    const reply = await this.#call(
       Subjects.CLAIM,
       { queues, max, wait_ms: waitMs, lease_ms: leaseMs, worker },
       { signal, timeout },
+      (msg) => this.#releaseLate(msg),
     );
     return reply?.jobs ?? [];
+  }
+
+  /**
+   * Gives back the jobs of a claim answered after its caller left. A
+   * release that fails leaves the job to its lease, as before.
+   * @param {import("@nats-io/transport-node").Msg} msg
+   */
+  #releaseLate(msg) {
+    if (replyError(msg)) return;
+    /** @type {import("../index.js").Job[]} */
+    let jobs;
+    try {
+      jobs = JSON.parse(decoder.decode(msg.data))?.jobs ?? [];
+    } catch {
+      return;
+    }
+    for (const job of jobs) this.release(job).catch(() => {});
   }
 
   /**

@@ -359,6 +359,23 @@ describe("cancellation and unreachable nodes", () => {
     assert.equal(err.subject, "fq.v1.claim");
   });
 
+  it("jobs the node hands to a claim after its signal aborted are released", async () => {
+    const t = await node.tenant();
+    const worker = await dial(t.worker);
+    const producer = await dial(t.producer);
+    const ac = new AbortController();
+    const waiting = worker.claim({ queues: ["q"], waitMs: 60_000, leaseMs: 60_000, signal: ac.signal });
+    await worker.nc.flush(); // the claim has reached the server
+    ac.abort();
+    await assert.rejects(waiting, { name: "AbortError" });
+    await producer.enqueue({ queue: "q", task: "t" });
+    // This claim reaches the node after the aborted one (one connection,
+    // in order), which took the job first.
+    const jobs = await worker.claim({ queues: ["q"], waitMs: 10_000, leaseMs: 60_000 });
+    assert.equal(jobs.length, 1, "the next claim gets the job");
+    assert.equal(jobs[0].attempt, 1, "at its first attempt: the aborted claim's was not spent");
+  });
+
   it("a dropped connection fails the requests in flight at once with ConnectionLostError", async () => {
     const other = await startNode();
     try {
