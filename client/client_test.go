@@ -127,32 +127,41 @@ func TestRequestAfterReconnectIsAnswered(t *testing.T) {
 	}
 }
 
+// answering answers subjects of srv with the handlers given, as a node
+// would, and is closed when the test ends.
+func answering(t *testing.T, srv *server.Server, handlers map[string]nats.MsgHandler) {
+	t.Helper()
+	node, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Close)
+	for subject, h := range handlers {
+		if _, err := node.Subscribe(subject, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := node.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A caller that leaves a claim (its context ends) gets its error at once;
 // jobs the node hands out for that claim afterwards are released, not left
 // leased to nobody until their leases run out.
 func TestJobsOfAClaimItsCallerLeftAreReleased(t *testing.T) {
 	srv := startNATS(t)
-	node, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Close()
 	claims := make(chan *nats.Msg, 1)
-	if _, err := node.Subscribe(api.SubjectClaim, func(m *nats.Msg) { claims <- m }); err != nil {
-		t.Fatal(err)
-	}
 	nacks := make(chan api.NackRequest, 4)
-	if _, err := node.Subscribe(api.SubjectNack, func(m *nats.Msg) {
-		var n api.NackRequest
-		_ = json.Unmarshal(m.Data, &n)
-		nacks <- n
-		_ = m.Respond([]byte(`{}`))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := node.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	answering(t, srv, map[string]nats.MsgHandler{
+		api.SubjectClaim: func(m *nats.Msg) { claims <- m },
+		api.SubjectNack: func(m *nats.Msg) {
+			var n api.NackRequest
+			_ = json.Unmarshal(m.Data, &n)
+			nacks <- n
+			_ = m.Respond([]byte(`{}`))
+		},
+	})
 	c, err := Connect(srv.ClientURL(), "tok")
 	if err != nil {
 		t.Fatal(err)
@@ -194,17 +203,9 @@ func TestJobsOfAClaimItsCallerLeftAreReleased(t *testing.T) {
 // A claim answered before its caller leaves is the caller's, as usual.
 func TestAClaimAnsweredIsTheCallers(t *testing.T) {
 	srv := startNATS(t)
-	node, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Close()
-	if _, err := node.Subscribe(api.SubjectClaim, func(m *nats.Msg) { _ = m.Respond([]byte(`{"jobs":[{"id":"j1","attempt":1}]}`)) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := node.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	answering(t, srv, map[string]nats.MsgHandler{
+		api.SubjectClaim: func(m *nats.Msg) { _ = m.Respond([]byte(`{"jobs":[{"id":"j1","attempt":1}]}`)) },
+	})
 	c, err := Connect(srv.ClientURL(), "tok")
 	if err != nil {
 		t.Fatal(err)
