@@ -202,7 +202,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.authn = authn
 	var natsTLS *tlsfiles.Pair
 	if cfg.NATSURL == "" && (cfg.NATSTLSCert != "" || cfg.NATSTLSKey != "") {
-		if natsTLS, err = tlsfiles.Load(cfg.NATSTLSCert, cfg.NATSTLSKey, "NATS TLS (--nats-tls-cert, --nats-tls-key)", n.log); err != nil {
+		if natsTLS, err = tlsfiles.Load(cfg.NATSTLSCert, cfg.NATSTLSKey, "NATS TLS ("+natsTLSFlags+")", n.log); err != nil {
 			return n, err
 		}
 	}
@@ -217,6 +217,10 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 			return n, err
 		}
 		n.natsURL = n.server.ClientURL()
+		warnIfExposed(n.log, "the embedded NATS server", n.server.Addr(), natsTLS != nil, natsTLSFlags)
+		if ca := n.server.ClusterAddr(); ca != nil {
+			warnIfExposed(n.log, "the embedded NATS server's routes", ca, natsTLS != nil, natsTLSFlags)
+		}
 	} else {
 		n.natsURL = cfg.NATSURL
 	}
@@ -304,7 +308,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	// idle connections after 60 s.
 	var certs *tlsfiles.Pair
 	if cfg.TLSCert != "" || cfg.TLSKey != "" {
-		if certs, err = tlsfiles.Load(cfg.TLSCert, cfg.TLSKey, "TLS of the admin door and gRPC (--tls-cert, --tls-key)", n.log); err != nil {
+		if certs, err = tlsfiles.Load(cfg.TLSCert, cfg.TLSKey, "TLS of the admin door and gRPC ("+adminTLSFlags+")", n.log); err != nil {
 			return n, err
 		}
 		n.Metrics.WatchCertificate("admin_grpc", certs.NotAfter)
@@ -313,7 +317,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err != nil {
 		return n, fmt.Errorf("admin door on %s: %w", cfg.AdminAddr, err)
 	}
-	warnIfExposed(n.log, "the admin door", n.httpLn.Addr(), certs != nil)
+	warnIfExposed(n.log, "the admin door", n.httpLn.Addr(), certs != nil, adminTLSFlags)
 	if certs != nil {
 		n.httpLn = tls.NewListener(n.httpLn, certs.ServerConfig())
 		n.adminScheme = "https"
@@ -347,7 +351,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		if err != nil {
 			return n, fmt.Errorf("grpc on %s: %w", cfg.GRPCAddr, err)
 		}
-		warnIfExposed(n.log, "gRPC", n.grpcLn.Addr(), certs != nil)
+		warnIfExposed(n.log, "gRPC", n.grpcLn.Addr(), certs != nil, adminTLSFlags)
 		var opts []grpc.ServerOption
 		if certs != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(certs.ServerConfig())))

@@ -27,7 +27,7 @@ func TestWarnIfExposed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		warnIfExposed(slog.New(slog.NewTextHandler(&logs, nil)), "the admin door", addr, tc.tlsOn)
+		warnIfExposed(slog.New(slog.NewTextHandler(&logs, nil)), "the admin door", addr, tc.tlsOn, adminTLSFlags)
 		if got := strings.Contains(logs.String(), "without TLS"); got != tc.warn {
 			t.Errorf("%s with TLS %v: warned %v, want %v (%s)", tc.addr, tc.tlsOn, got, tc.warn, logs.String())
 		}
