@@ -21,6 +21,7 @@ package tlsfiles
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -151,9 +152,13 @@ func (p *Pair) ServerConfig() *tls.Config {
 func (p *Pair) PeerConfig() *tls.Config {
 	c := p.ServerConfig()
 	// The standard check reads RootCAs once, at the config's making;
-	// VerifyConnection does the same check against the roots of now.
+	// VerifyConnection does the same check against the roots of now. It
+	// is the dialling end's alone: the accepting end answers with the
+	// plain server configuration (routes ask no certificate of the
+	// dialler: the cluster secret admits them).
 	c.InsecureSkipVerify = true
 	c.VerifyConnection = p.verifyServer
+	c.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) { return p.ServerConfig(), nil }
 	return c
 }
 
@@ -165,12 +170,10 @@ func (p *Pair) ClientConfig() *tls.Config {
 }
 
 // verifyServer is the certificate check InsecureSkipVerify turned off,
-// against the roots of now. An accepting end sees no certificate (routes
-// ask none: the cluster secret admits them) and has nothing to check; a
-// dialling end always has one, TLS requires the server to send it.
+// against the roots of now, at the dialling end.
 func (p *Pair) verifyServer(cs tls.ConnectionState) error {
 	if len(cs.PeerCertificates) == 0 {
-		return nil
+		return errors.New("tls: the server presented no certificate")
 	}
 	inter := x509.NewCertPool()
 	for _, c := range cs.PeerCertificates[1:] {
