@@ -96,6 +96,10 @@ func (h *History) Interval() time.Duration { return h.interval }
 func (h *History) observe(ns string, pending, running int64, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.observeLocked(ns, pending, running, now)
+}
+
+func (h *History) observeLocked(ns string, pending, running int64, now time.Time) {
 	s := h.series[ns]
 	if s == nil {
 		if len(h.series) >= h.max {
@@ -275,9 +279,17 @@ func (h *History) Live(ns string) (pending, running int64, ok bool) {
 }
 
 // Record takes counts read from the store as namespace ns's report, for a
-// namespace whose actor has not reported on this node yet.
+// namespace whose actor has not reported on this node yet. Once it has,
+// its reports win: counts read from the store before one of its steps
+// committed would otherwise overwrite what it reported after, and stay
+// until its next step (an alarm that never rose: a CI run saw it).
 func (h *History) Record(ns string, pending, running int64, now time.Time) {
-	h.observe(ns, pending, running, now)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.series[ns] != nil {
+		return
+	}
+	h.observeLocked(ns, pending, running, now)
 }
 
 // Forget drops the namespaces match selects (their partitions moved to

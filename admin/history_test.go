@@ -135,3 +135,25 @@ func TestHistoryLiveAndForget(t *testing.T) {
 		t.Fatal("Forget dropped a namespace it did not select")
 	}
 }
+
+// Counts read from the store (Record) are taken only for a namespace whose
+// actor has not reported: read before a step committed, they must not
+// overwrite what the actor reported after it.
+func TestRecordDoesNotOverwriteTheActorsReport(t *testing.T) {
+	m := NewMetrics()
+	h := NewHistory(m, 10*time.Second)
+	now := time.Now()
+	h.Record("fresh", 3, 1, now)
+	if p, r, ok := h.Live("fresh"); !ok || p != 3 || r != 1 {
+		t.Fatalf("a namespace not reported yet: Live = %d, %d, %v; want the store's 3, 1", p, r, ok)
+	}
+	m.Gauges("acme", 8, 0) // the actor, after its step
+	h.Record("acme", 0, 0, now)
+	if p, _, _ := h.Live("acme"); p != 8 {
+		t.Fatalf("Live pending = %d after a stale store read, want the actor's 8", p)
+	}
+	m.Gauges("fresh", 5, 0)
+	if p, _, _ := h.Live("fresh"); p != 5 {
+		t.Fatalf("the actor's report after a store read: Live pending = %d, want 5", p)
+	}
+}
