@@ -202,6 +202,16 @@ func TestClusterNoEvictStillSound(t *testing.T) {
 	}
 }
 
+// A failed lease acquire taken for a granted one (the bug a node's error
+// handling could have): the lease-store faults bring it out as two nodes
+// leading at once.
+func TestMutationClusterFailedAcquireTakenAsGranted(t *testing.T) {
+	expectClusterViolation(t, InvOneLeader, func(c *Config) {
+		c.Cluster.LeaseFaults = 0.1
+		c.Cluster.grantOnFault = true
+	})
+}
+
 // Clocks off by more than the lease margin covers: a node whose clock runs
 // ahead takes the leader lease while its holder, by its own clock, still
 // leads.
