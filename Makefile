@@ -11,9 +11,11 @@ test-quick:
 run:
 	go run ./cmd/node
 
+# -buildvcs=auto stamps the commit (fq-node --version) even where GOFLAGS
+# turns it off.
 build:
-	go build -o bin/fq-node ./cmd/node
-	go build -o bin/fq ./cmd/fq
+	go build -buildvcs=auto -o bin/fq-node ./cmd/node
+	go build -buildvcs=auto -o bin/fq ./cmd/fq
 
 bench:
 	go test -run '^$$' -bench . -benchtime 2s ./store/...

@@ -157,3 +157,18 @@ func TestRecordDoesNotOverwriteTheActorsReport(t *testing.T) {
 		t.Fatalf("the actor's report after a store read: Live pending = %d, want 5", p)
 	}
 }
+
+// /metrics says which build runs (go_build_info), so nodes can be told
+// apart in a rolling upgrade.
+func TestMetricsHaveTheBuild(t *testing.T) {
+	mfs, err := NewMetrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "go_build_info" {
+			return
+		}
+	}
+	t.Fatal("no go_build_info")
+}

@@ -103,7 +103,9 @@ func NewMetrics() *Metrics {
 	m.Registry.MustRegister(m.outcomes, m.refusals, m.shed, m.claimed, m.paced, m.pending, m.running,
 		m.Propagation.delay, m.Propagation.skipped, m.Propagation.dropped,
 		m.PeriodicFires, m.RetentionDeleted, m.RetentionSkipped, m.quotaAlarm,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		// go_build_info{path,version,checksum}: which build each node runs.
+		collectors.NewBuildInfoCollector())
 	return m
 }
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/flexiq/flexiq/actors"
 	"github.com/flexiq/flexiq/bus"
+	"github.com/flexiq/flexiq/internal/buildinfo"
 	"github.com/flexiq/flexiq/internal/redact"
 	"github.com/flexiq/flexiq/node"
 	"github.com/flexiq/flexiq/store/open"
@@ -42,6 +43,10 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func realMain(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
+		fmt.Fprintln(stdout, "fq-node "+buildinfo.String())
+		return 0
+	}
 	natsConfig := len(args) > 0 && args[0] == "nats-config"
 	if natsConfig {
 		args = args[1:]
@@ -66,6 +71,7 @@ func realMain(args []string, getenv func(string) string, stdout, stderr io.Write
 		return 1
 	}
 	fmt.Fprintf(stdout, "FlexiQ node %s\n", n.ID())
+	cfg.Log.Info("FlexiQ node started", "node", n.ID(), "build", buildinfo.String())
 	fmt.Fprintf(stdout, "  store:      %s\n", storeLabel(cfg))
 	fmt.Fprintf(stdout, "  nats:       %s%s\n", redact.URL(n.NATSURL()), map[bool]string{true: " (embedded, authenticated)", false: ""}[cfg.NATSURL == ""])
 	fmt.Fprintf(stdout, "  admin door: %s\n", n.AdminURL())

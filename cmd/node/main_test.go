@@ -102,3 +102,16 @@ func TestUnreachableStoreExits1(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want 1 naming NATS", code, errb.String())
 	}
 }
+
+// fq-node --version prints the build and starts nothing.
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"--version", "-version", "version"} {
+		var out, errb bytes.Buffer
+		if code := realMain([]string{arg}, func(string) string { return "" }, &out, &errb); code != 0 {
+			t.Fatalf("%s: exit %d: %s", arg, code, errb.String())
+		}
+		if !strings.HasPrefix(out.String(), "fq-node ") || !strings.Contains(out.String(), "go1.") {
+			t.Fatalf("%s printed %q", arg, out.String())
+		}
+	}
+}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/client"
+	"github.com/flexiq/flexiq/internal/buildinfo"
 )
 
 // Exit codes of docs/cli.md.
@@ -172,6 +173,10 @@ func (a *app) main(args []string) error {
 		return usageError{msg: "fq: missing command (run 'fq help' for the list)"}
 	}
 	name := rest[0]
+	if name == "version" && len(rest) == 1 {
+		fmt.Fprintln(a.stdout, "fq "+buildinfo.String())
+		return nil
+	}
 	if name == "help" {
 		if len(rest) > 1 {
 			if c := findCommand(rest[1:]); c != nil {
@@ -228,6 +233,8 @@ func (a *app) topUsage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  fq %s %s\n", c.name, c.synopsis)
 	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "  fq version     (this build: version, commit, Go)")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "exit codes: 0 ok, 1 the server refused, 2 usage error, 3 cannot reach the node")
 }

@@ -121,3 +121,14 @@ func TestUsageErrorsNeedNoNode(t *testing.T) {
 		}
 	}
 }
+
+// fq version prints the build without reaching a node.
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Run([]string{"version"}, func(string) string { return "" }, &out, &errb); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.HasPrefix(out.String(), "fq ") || !strings.Contains(out.String(), "go1.") {
+		t.Fatalf("fq version printed %q", out.String())
+	}
+}
