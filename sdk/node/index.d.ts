@@ -92,6 +92,10 @@ export interface ClaimOptions {
   leaseMs?: number;
   /** A name for the worker (at most 128 bytes). */
   worker?: string;
+  /**
+   * Aborting rejects the claim at once; jobs its answer brings afterwards
+   * are released (pending again, their attempt not spent).
+   */
   signal?: AbortSignal;
   /** Default: the client's timeout plus waitMs. */
   timeout?: number;
