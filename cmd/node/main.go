@@ -301,6 +301,11 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return cfg, usageError{fmt.Sprintf("%s and %s go together", name("tls-cert", "FLEXIQ_TLS_CERT"), name("tls-key", "FLEXIQ_TLS_KEY"))}
 	}
+	if cfg.NATSTLSCert != "" && cfg.NATSURL != "" {
+		// Silently serving without it would leave an operator believing
+		// the bus is encrypted.
+		return cfg, usageError{fmt.Sprintf("%s and %s are the embedded server's; with %s the NATS server is yours: give it TLS in its own configuration and reach it with a tls:// URL", name("nats-tls-cert", "FLEXIQ_NATS_TLS_CERT"), name("nats-tls-key", "FLEXIQ_NATS_TLS_KEY"), name("nats-url", "FLEXIQ_NATS_URL"))}
+	}
 	if cfg.NATSCreds != "" && cfg.NATSURL == "" {
 		return cfg, usageError{fmt.Sprintf("%s goes with %s (an external NATS server)", name("nats-creds", "FLEXIQ_NATS_CREDS"), name("nats-url", "FLEXIQ_NATS_URL"))}
 	}

@@ -81,6 +81,8 @@ func TestBadValuesExit2NamingTheFlagOrVariable(t *testing.T) {
 		{[]string{"--tls-key", "k.pem"}, nil, "FLEXIQ_TLS_CERT and --tls-key go together"},
 		{nil, map[string]string{"FLEXIQ_TLS_CERT": "c.pem"}, "FLEXIQ_TLS_CERT and FLEXIQ_TLS_KEY go together"},
 		{[]string{"--nats-creds", "x.creds"}, nil, "--nats-creds goes with FLEXIQ_NATS_URL"},
+		{[]string{"--nats-url", "nats://127.0.0.1:4222", "--nats-tls-cert", "c.pem", "--nats-tls-key", "k.pem"}, nil,
+			"--nats-tls-cert and --nats-tls-key are the embedded server's; with --nats-url the NATS server is yours"},
 	} {
 		var out, errb bytes.Buffer
 		code := realMain(tc.args, env(tc.env), &out, &errb)
