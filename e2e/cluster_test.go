@@ -1154,3 +1154,43 @@ func TestClusterForwardedGRPCLongPolls(t *testing.T) {
 		}
 	})
 }
+
+// A Go client on a node that does not own its namespace leaves a long
+// poll (its context ends): the job the owner then hands to that poll comes
+// back through the forwarding node to a client that has gone, which
+// releases it, so the next claim gets it at its first attempt rather than
+// after its lease.
+func TestClusterNATSClaimLeftByItsCallerTakesNoJob(t *testing.T) {
+	eachSharedBackend(t, func(t *testing.T) {
+		c := startCluster(t, 3)
+		prod, work := c.token("acme", "producer"), c.token("acme", "worker")
+		owner, others := c.ownerOf("acme", c.members)
+		via := others[0]
+		w, p := c.clients(work, via)[0], c.clients(prod, via)[0]
+
+		pollCtx, cancel := context.WithCancel(context.Background())
+		sent := w.Conn().Stats().OutMsgs
+		done := make(chan error, 1)
+		go func() {
+			_, err := w.Claim(pollCtx, api.ClaimRequest{Queues: []string{"q"}, Max: 1, WaitMS: 60_000, LeaseMS: 60_000})
+			done <- err
+		}()
+		for w.Conn().Stats().OutMsgs == sent {
+			waitFor(time.Millisecond)
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("the claim left: %v", err)
+		}
+		if _, err := p.Enqueue(ctx(t), job("q", "t")); err != nil {
+			t.Fatal(err)
+		}
+		// The claim left behind takes the job: the owner counts it.
+		claimed := `flexiq_jobs_claimed_total{namespace="acme"}`
+		waitUntil(t, "the left claim takes the job", func() bool { v, _ := c.metricIf(owner, claimed); return v == 1 })
+		jobs, err := w.Claim(ctx(t), api.ClaimRequest{Queues: []string{"q"}, Max: 1, WaitMS: 10_000, LeaseMS: 60_000})
+		if err != nil || len(jobs) != 1 || jobs[0].Attempt != 1 {
+			t.Fatalf("the next claim: %+v, %v; want the job at its first attempt; the nodes' logs:\n%s", jobs, err, c.logs())
+		}
+	})
+}
