@@ -9,6 +9,7 @@ package bus
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,10 @@ type EmbeddedOptions struct {
 	// files read again when they change; a route dialled to another node
 	// is verified against the certificates of the same files.
 	TLS *tlsfiles.Pair
+	// Log receives the server's own reports (routes formed and closed,
+	// connection errors) at debug level, attribute component=nats; nil
+	// drops them.
+	Log *slog.Logger
 }
 
 // MaxPayload is the embedded server's message limit: a job's payload may be
@@ -123,8 +128,11 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
 	o.Auth.attach(s)
-	fatal := &fatalLog{failed: make(chan struct{})}
-	s.SetLoggerV2(fatal, false, false, false)
+	fatal := &serverLog{failed: make(chan struct{}), log: o.Log}
+	// The server formats its debug reports only when asked to; its traces
+	// (every protocol line) are never turned on.
+	debug := o.Log != nil && o.Log.Enabled(context.Background(), slog.LevelDebug)
+	s.SetLoggerV2(fatal, debug, false, false)
 	go s.Start()
 	// Ready, or failed for a reason the server reports (it cannot listen:
 	// the address is taken), or neither within 10 s.
@@ -145,16 +153,21 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 	}
 }
 
-// fatalLog is the embedded server's logger: it keeps the first fatal
-// report (a listener that cannot bind), which the server makes instead
-// of failing Start, and drops the rest, as NoLog did.
-type fatalLog struct {
+// serverLog is the embedded server's logger. It keeps the first fatal
+// report (a listener that cannot bind), which the server makes instead of
+// failing Start, and passes every report to log at debug level: the
+// node's own logs say what an operator must know (a member without a
+// route, a listener exposed), and a stranger's failed connections are
+// not worth a warning each.
+type serverLog struct {
 	once   sync.Once
 	msg    string
 	failed chan struct{}
+	log    *slog.Logger
 }
 
-func (l *fatalLog) Fatalf(format string, v ...any) {
+func (l *serverLog) Fatalf(format string, v ...any) {
+	l.report("fatal", format, v)
 	l.once.Do(func() {
 		l.msg = fmt.Sprintf(format, v...)
 		close(l.failed)
@@ -162,13 +175,20 @@ func (l *fatalLog) Fatalf(format string, v ...any) {
 }
 
 // reason is the first fatal report; read it after failed is closed.
-func (l *fatalLog) reason() string { return l.msg }
+func (l *serverLog) reason() string { return l.msg }
 
-func (l *fatalLog) Noticef(string, ...any) {}
-func (l *fatalLog) Warnf(string, ...any)   {}
-func (l *fatalLog) Errorf(string, ...any)  {}
-func (l *fatalLog) Debugf(string, ...any)  {}
-func (l *fatalLog) Tracef(string, ...any)  {}
+func (l *serverLog) report(level, format string, v []any) {
+	if l.log == nil || !l.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	l.log.Debug(strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "nats", "nats_level", level)
+}
+
+func (l *serverLog) Noticef(format string, v ...any) { l.report("notice", format, v) }
+func (l *serverLog) Warnf(format string, v ...any)   { l.report("warn", format, v) }
+func (l *serverLog) Errorf(format string, v ...any)  { l.report("error", format, v) }
+func (l *serverLog) Debugf(format string, v ...any)  { l.report("debug", format, v) }
+func (l *serverLog) Tracef(string, ...any)           {}
 
 func splitHostPort(addr, what string) (string, int, error) {
 	host, portText, err := net.SplitHostPort(addr)

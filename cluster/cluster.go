@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -165,6 +166,18 @@ type Config struct {
 	// a dead owner's claims then come back as their leases run out,
 	// whether or not a call for the namespace arrives.
 	OnGained func(partitions []int)
+	// Reachable tells whether another member takes this node's calls on
+	// the bus now (its embedded server has a route to it). A starting
+	// node counts itself ready, and so takes partitions, only once every
+	// live member is reachable, or JoinWait has passed: a call forwarded
+	// before a route exists, or on one being replaced, can be lost.
+	// After that a change is logged. Nil: every member is reachable (an
+	// external NATS server, whose routes are its own).
+	Reachable func(node string) bool
+	// JoinWait bounds how long a starting node waits for its routes
+	// (default 10 s); past it the node takes part anyway and says which
+	// members it cannot reach.
+	JoinWait time.Duration
 }
 
 // Cluster is one node's view of the cluster and its loop.
@@ -178,8 +191,14 @@ type Cluster struct {
 	// may act on each: the store's expiry less a margin, counted from
 	// before the acquire was sent, so the node stops acting before anyone
 	// else may take over.
-	held  map[string]heldLease
-	ready bool
+	held map[string]heldLease
+	// joined says the node counts itself ready: its routes to the live
+	// members were up (or JoinWait passed) at some tick. started is its
+	// first tick; unreachable the members last found without a route,
+	// as logged. All three are written by ticks only.
+	joined      bool
+	started     time.Time
+	unreachable string
 	// left is closed when Leave begins: from then on the node follows
 	// the placement no more (Leaving).
 	left chan struct{}
@@ -216,7 +235,10 @@ func New(cfg Config) *Cluster {
 	if cfg.Info == nil {
 		cfg.Info = func() store.MemberInfo { return store.MemberInfo{} }
 	}
-	return &Cluster{cfg: cfg, leases: map[string]store.Lease{}, held: map[string]heldLease{}, ready: true, kick: make(chan struct{}, 1), turn: make(chan struct{}, 1), changed: make(chan struct{}), left: make(chan struct{})}
+	if cfg.JoinWait <= 0 {
+		cfg.JoinWait = 10 * time.Second
+	}
+	return &Cluster{cfg: cfg, leases: map[string]store.Lease{}, held: map[string]heldLease{}, joined: cfg.Reachable == nil, kick: make(chan struct{}, 1), turn: make(chan struct{}, 1), changed: make(chan struct{}), left: make(chan struct{})}
 }
 
 // Node is this node's id.
@@ -262,13 +284,22 @@ func (c *Cluster) Tick(ctx context.Context) {
 	info := c.cfg.Info()
 	c.mu.Lock()
 	leaving := isClosed(c.left)
-	info.Ready = c.ready && !leaving
+	info.Ready = c.joined && !leaving
 	c.mu.Unlock()
 	info.Maintenance = c.cfg.Maintenance
 	if leaving {
 		return
 	}
+	if c.started.IsZero() {
+		c.started = start
+	}
 	members, err := c.cfg.Store.MemberHeartbeat(ctx, store.MemberHeartbeatParams{Node: c.cfg.Node, Info: info, Now: start, TTL: c.cfg.TTL})
+	if err == nil && c.checkRoutes(start, members) {
+		// Ready from this tick on: say so now rather than a tick later,
+		// so this tick's placement counts this node.
+		info.Ready = true
+		members, err = c.cfg.Store.MemberHeartbeat(ctx, store.MemberHeartbeatParams{Node: c.cfg.Node, Info: info, Now: start, TTL: c.cfg.TTL})
+	}
 	if err != nil {
 		c.cfg.Log.Warn("cluster heartbeat failed", "err", err)
 		c.expire(c.cfg.Now())
@@ -359,6 +390,50 @@ func (c *Cluster) Tick(ctx context.Context) {
 	if len(gained) > 0 && c.cfg.OnGained != nil {
 		c.cfg.OnGained(gained)
 	}
+}
+
+// checkRoutes finds the live members this node cannot reach on the bus,
+// logs when that changes, and reports whether the node became ready in
+// this tick (see Config.Reachable).
+func (c *Cluster) checkRoutes(now time.Time, members []store.Member) bool {
+	if c.cfg.Reachable == nil {
+		return false
+	}
+	var missing []string
+	for _, m := range members {
+		if m.Node != c.cfg.Node && !c.cfg.Reachable(m.Node) {
+			missing = append(missing, m.Node)
+		}
+	}
+	slices.Sort(missing)
+	key := strings.Join(missing, ",")
+	c.mu.Lock()
+	joined := c.joined
+	c.mu.Unlock()
+	waited := now.Sub(c.started)
+	switch {
+	case !joined && key == "":
+		c.cfg.Log.Info("routes to every live member are up: taking part in placement", "members", len(members), "waited", waited.Round(time.Millisecond))
+	case !joined && waited >= c.cfg.JoinWait:
+		c.cfg.Log.Warn("no route on the bus to some live members: taking part in placement anyway; calls for the namespaces they own will wait, then fail, until a route forms (check --routes and --cluster-listen on every node)",
+			"unreachable", key, "waited", waited.Round(time.Millisecond))
+	case !joined:
+		return false // wait for the routes
+	case key == c.unreachable:
+		return false
+	case key == "":
+		c.cfg.Log.Info("routes to every live member are up again")
+	default:
+		c.cfg.Log.Warn("no route on the bus to some live members: calls for the namespaces they own wait, then fail", "unreachable", key)
+	}
+	c.unreachable = key
+	if joined {
+		return false
+	}
+	c.mu.Lock()
+	c.joined = true
+	c.mu.Unlock()
+	return true
 }
 
 // expire drops the leases whose time has run out while the store could

@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,7 +45,12 @@ func newTestCluster(names ...string) *testCluster {
 }
 
 func (tc *testCluster) add(name string, maintenance bool) *Cluster {
-	c := New(Config{Node: name, Maintenance: maintenance, Store: tc.st, Now: tc.clk.Now, TTL: 2 * time.Second, Tick: 250 * time.Millisecond,
+	return tc.addWith(name, maintenance, nil)
+}
+
+// addWith adds a node whose configuration edit changes first.
+func (tc *testCluster) addWith(name string, maintenance bool, edit func(*Config)) *Cluster {
+	cfg := Config{Node: name, Maintenance: maintenance, Store: tc.st, Now: tc.clk.Now, TTL: 2 * time.Second, Tick: 250 * time.Millisecond,
 		OnLost: func(l []string) {
 			tc.mu.Lock()
 			tc.lost[name] = append(tc.lost[name], l...)
@@ -53,7 +60,11 @@ func (tc *testCluster) add(name string, maintenance bool) *Cluster {
 			tc.mu.Lock()
 			tc.gained[name] = append(tc.gained[name], p...)
 			tc.mu.Unlock()
-		}})
+		}}
+	if edit != nil {
+		edit(&cfg)
+	}
+	c := New(cfg)
 	tc.nodes[name] = c
 	return c
 }
@@ -412,5 +423,96 @@ func TestLeavingClosesBeforeTheLeaveIsSeen(t *testing.T) {
 	}
 	if !ok {
 		t.Fatal("woken by the leave, the call saw the node not leaving, or not the next owner")
+	}
+}
+
+// routes is which members a node's bus reaches (Config.Reachable).
+type routes struct {
+	mu sync.Mutex
+	up map[string]bool
+}
+
+func (r *routes) reachable(node string) bool { r.mu.Lock(); defer r.mu.Unlock(); return r.up[node] }
+func (r *routes) set(node string, up bool)   { r.mu.Lock(); r.up[node] = up; r.mu.Unlock() }
+
+// logLines is a slog handler's output, safe to read while written.
+type logLines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *logLines) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// A node that joins takes no partition while it has no route to a live
+// member (a call forwarded to it then would be lost), and takes its share
+// as soon as the route is up; a change of its routes afterwards is logged.
+func TestAJoiningNodeWaitsForItsRoutes(t *testing.T) {
+	tc := newTestCluster("a", "b")
+	settle(t, tc, 4, "a", "b")
+	r := &routes{up: map[string]bool{"a": true}}
+	var logs logLines
+	tc.addWith("c", true, func(cfg *Config) {
+		cfg.Reachable = r.reachable
+		cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	for i := 0; i < 8; i++ { // 2 s, within JoinWait
+		count := settle(t, tc, 1, "a", "b", "c")
+		if count["c"] > 0 {
+			t.Fatalf("round %d: c owns %d partitions with no route to b", i, count["c"])
+		}
+	}
+	for _, m := range tc.nodes["a"].Status().Members {
+		if m.ID == "c" && m.Ready {
+			t.Fatal("c says it is ready with no route to b")
+		}
+	}
+	r.set("b", true)
+	count := settle(t, tc, 4, "a", "b", "c")
+	if count["c"] == 0 || total(count) != Partitions {
+		t.Fatalf("with its routes up c owns %v", count)
+	}
+	if !strings.Contains(logs.String(), "routes to every live member are up") {
+		t.Fatalf("c's log says nothing of its routes:\n%s", logs.String())
+	}
+	r.set("a", false)
+	tc.round("a", "b", "c")
+	if !strings.Contains(logs.String(), "unreachable=a") {
+		t.Fatalf("c's log does not name the member it lost its route to:\n%s", logs.String())
+	}
+	// Once ready it stays ready: the forwarding waits for the route.
+	if count := tc.owners(t, "a", "b", "c"); count["c"] == 0 {
+		t.Fatalf("c gave up its partitions when a route went: %v", count)
+	}
+}
+
+// A node that never gets a route to a live member takes part after
+// JoinWait anyway, naming the members it cannot reach: a bus split must
+// not leave the namespaces with no owner at all.
+func TestANodeWithoutRoutesJoinsAfterTheWait(t *testing.T) {
+	tc := newTestCluster("a")
+	settle(t, tc, 4, "a")
+	r := &routes{up: map[string]bool{}}
+	var logs logLines
+	tc.addWith("c", true, func(cfg *Config) {
+		cfg.Reachable = r.reachable
+		cfg.JoinWait = 3 * time.Second
+		cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	for i := 0; i < 11; i++ { // 2.75 s
+		if count := settle(t, tc, 1, "a", "c"); count["c"] > 0 {
+			t.Fatalf("round %d: c owns %d partitions before its wait ended", i, count["c"])
+		}
+	}
+	count := settle(t, tc, 4, "a", "c")
+	if count["c"] == 0 || total(count) != Partitions {
+		t.Fatalf("after its wait c owns %v", count)
+	}
+	if out := logs.String(); !strings.Contains(out, "no route on the bus") || !strings.Contains(out, "unreachable=a") {
+		t.Fatalf("c's log does not name the member it cannot reach:\n%s", out)
 	}
 }

@@ -51,7 +51,12 @@ type member struct {
 	// natsCert and natsKey, when set, put TLS on the embedded server's
 	// client and route listeners.
 	natsCert, natsKey string
-	exited            chan struct{}
+	// env is added to the process's environment.
+	env []string
+	// later keeps startClusterWith from starting the member: the test
+	// starts it (start) when it wants.
+	later  bool
+	exited chan struct{}
 }
 
 func (m *member) start() {
@@ -68,6 +73,9 @@ func (m *member) start() {
 	}
 	m.cmd = exec.Command(bin, args...)
 	m.cmd.Env = append(os.Environ(), "FLEXIQ_MAINTENANCE="+map[bool]string{true: "on", false: "off"}[m.maintenance])
+	// Debug: a failure shows the embedded servers' route reports too.
+	m.cmd.Env = append(m.cmd.Env, "FLEXIQ_LOG_LEVEL=debug")
+	m.cmd.Env = append(m.cmd.Env, m.env...)
 	logf, err := os.OpenFile(filepath.Join(m.dir, "node.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		m.t.Fatal(err)
@@ -150,14 +158,18 @@ func startClusterWith(t testing.TB, n int, setup func(*member)) *testCluster {
 			}
 		}
 	}
+	var started []*member
 	for _, m := range c.members {
 		if setup != nil {
 			setup(m)
 		}
-		m.start()
 		t.Cleanup(func() { m.signal(syscall.SIGKILL) })
+		if !m.later {
+			m.start()
+			started = append(started, m)
+		}
 	}
-	c.settled(c.members...)
+	c.settled(started...)
 	return c
 }
 
@@ -190,7 +202,8 @@ type clusterStatus struct {
 }
 
 // settled waits until every live member sees exactly live as members,
-// every partition held by one of them, and one leader among them.
+// all of them ready (their routes up), every partition held by one of
+// them, and one leader among them.
 func (c *testCluster) settled(live ...*member) clusterStatus {
 	c.t.Helper()
 	ids := map[string]bool{}
@@ -211,7 +224,7 @@ func (c *testCluster) settled(live ...*member) clusterStatus {
 			}
 			parts := 0
 			for _, mem := range st.Members {
-				if !ids[mem.ID] {
+				if !ids[mem.ID] || !mem.Ready {
 					ok = false
 				}
 				parts += mem.Partitions

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/auth"
 	"github.com/flexiq/flexiq/bus"
 	"github.com/flexiq/flexiq/cluster"
@@ -120,11 +121,24 @@ func (n *Node) startCluster(ctx context.Context) error {
 			n.Actors.Evict(evictCtx, moved)
 			n.History.Forget(moved)
 		},
+		Reachable: n.reachable(), JoinWait: n.cfg.ClusterJoinWait,
 	})
 	// The first round places this node before it takes calls; runCluster
 	// starts the loop once the actors exist.
 	n.cluster.Tick(ctx)
 	return nil
+}
+
+// reachable tells whether another node takes calls on this node's bus
+// now: its embedded server knows the member's internal subscription,
+// which crossed a route. With an external NATS server the routes are
+// that server's, and every member counts as reachable (nil).
+func (n *Node) reachable() func(node string) bool {
+	if n.server == nil {
+		return nil
+	}
+	acc := n.server.GlobalAccount()
+	return func(node string) bool { return acc.SubscriptionInterest(api.SubjectInternalOp(node)) }
 }
 
 func (n *Node) runCluster() {

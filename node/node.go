@@ -86,7 +86,11 @@ type Config struct {
 	// SampleInterval is how often the usage history is sampled and the
 	// quota alarms evaluated (docs/dashboard.md; default 10 s).
 	SampleInterval time.Duration
-	Log            *slog.Logger
+	// ClusterJoinWait bounds how long a starting clustered node waits
+	// for routes to every live member before it takes partitions anyway
+	// (docs/cluster.md; default 10 s).
+	ClusterJoinWait time.Duration
+	Log             *slog.Logger
 }
 
 // Defaults returns the defaults of docs/configuration.md.
@@ -105,6 +109,7 @@ func Defaults() Config {
 		QuotaCacheTTL:   2 * time.Second,
 		SampleInterval:  admin.DefaultSampleInterval,
 		RefusalPace:     actors.DefaultPace(),
+		ClusterJoinWait: 10 * time.Second,
 	}
 }
 
@@ -211,7 +216,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		n.server, err = bus.StartEmbedded(bus.EmbeddedOptions{
 			Listen: cfg.NATSListen, ServerName: cfg.NodeID, Auth: n.natsAuth,
 			ClusterSecret: n.secret, ClusterListen: cfg.ClusterListen, Routes: cfg.Routes, ClusterName: cfg.ClusterName,
-			TLS: natsTLS,
+			TLS: natsTLS, Log: n.log,
 		})
 		if err != nil {
 			return n, err

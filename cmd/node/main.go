@@ -62,8 +62,6 @@ func realMain(args []string, getenv func(string) string, stdout, stderr io.Write
 	if natsConfig {
 		return printNATSConfig(cfg, stdout, stderr)
 	}
-	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-
 	ctx := context.Background()
 	n, err := node.Start(ctx, cfg)
 	if err != nil {
@@ -199,6 +197,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		{"cleanup-interval", "FLEXIQ_CLEANUP_INTERVAL", "retention tick", &cfg.CleanupInterval},
 		{"quota-cache-ttl", "FLEXIQ_QUOTA_CACHE_TTL", "longest a node trusts a cached quota", &cfg.QuotaCacheTTL},
 		{"sample-interval", "FLEXIQ_SAMPLE_INTERVAL", "how often the dashboard's usage history is sampled and the quota alarms evaluated", &cfg.SampleInterval},
+		{"cluster-join-wait", "FLEXIQ_CLUSTER_JOIN_WAIT", "longest a starting node waits for routes to every live member before it takes namespaces anyway", &cfg.ClusterJoinWait},
 	}
 	// Environment first, so flags override it.
 	for _, o := range strs {
@@ -241,6 +240,13 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 			return cfg, usageError{fmt.Sprintf("FLEXIQ_MAINTENANCE: must be on or off, got %q", v)}
 		}
 	}
+	level := slog.LevelInfo
+	if v := getenv("FLEXIQ_LOG_LEVEL"); v != "" {
+		if err := (logLevel{&level}).Set(v); err != nil {
+			return cfg, usageError{"FLEXIQ_LOG_LEVEL: " + err.Error()}
+		}
+	}
+	fs.Var(logLevel{&level}, "log-level", "least level logged: debug (adds the embedded NATS server's own reports), info, warn or error (env FLEXIQ_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
@@ -253,6 +259,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	if fs.NArg() > 0 {
 		return cfg, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
+	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	// name is how the user gave an option: the flag when set, else its
 	// environment variable.
 	name := func(flagName, env string) string {
@@ -389,6 +396,32 @@ func (r refusalPace) Set(s string) error {
 		return fmt.Errorf("must be off or <count>/s with count 1-%d (e.g. 100/s), got %q", maxRefusalPace, s)
 	}
 	*r.p = actors.PaceOf(n)
+	return nil
+}
+
+// logLevel is --log-level: one of slog's four level names, in any case.
+type logLevel struct{ l *slog.Level }
+
+func (l logLevel) String() string {
+	if l.l == nil {
+		return "info"
+	}
+	return strings.ToLower(l.l.String())
+}
+
+func (l logLevel) Set(s string) error {
+	switch strings.ToLower(s) {
+	case "debug":
+		*l.l = slog.LevelDebug
+	case "info":
+		*l.l = slog.LevelInfo
+	case "warn":
+		*l.l = slog.LevelWarn
+	case "error":
+		*l.l = slog.LevelError
+	default:
+		return fmt.Errorf("must be debug, info, warn or error, got %q", s)
+	}
 	return nil
 }
 

@@ -72,6 +72,8 @@ func TestBadValuesExit2NamingTheFlagOrVariable(t *testing.T) {
 		{[]string{"--refusal-pace", "100/m"}, nil, `--refusal-pace: must be off or <count>/s with count 1-1000000 (e.g. 100/s), got "100/m"`},
 		{[]string{"--refusal-pace", "0/s"}, nil, "--refusal-pace"},
 		{nil, map[string]string{"FLEXIQ_REFUSAL_PACE": "fast"}, `FLEXIQ_REFUSAL_PACE: must be off or <count>/s`},
+		{[]string{"--log-level", "chatty"}, nil, `--log-level: must be debug, info, warn or error, got "chatty"`},
+		{nil, map[string]string{"FLEXIQ_LOG_LEVEL": "trace"}, `FLEXIQ_LOG_LEVEL: must be debug, info, warn or error`},
 		// SQLite cannot be shared: a cluster flag with it names both.
 		{[]string{"--cluster-listen", "127.0.0.1:6222"}, nil, "--cluster-listen needs a shared store: the default store"},
 		{[]string{"--routes", "nats://127.0.0.1:6222", "--store", "sqlite://x.db"}, nil, "--routes needs a shared store: --store is SQLite"},
