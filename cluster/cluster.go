@@ -194,11 +194,11 @@ type Cluster struct {
 	held map[string]heldLease
 	// joined says the node counts itself ready: its routes to the live
 	// members were up (or JoinWait passed) at some tick. started is its
-	// first tick; unreachable the members last found without a route,
-	// as logged. All three are written by ticks only.
+	// first tick (read and written by ticks only); unreachable the
+	// members last found without a route, as logged.
 	joined      bool
 	started     time.Time
-	unreachable string
+	unreachable []string
 	// left is closed when Leave begins: from then on the node follows
 	// the placement no more (Leaving).
 	left chan struct{}
@@ -408,7 +408,7 @@ func (c *Cluster) checkRoutes(now time.Time, members []store.Member) bool {
 	slices.Sort(missing)
 	key := strings.Join(missing, ",")
 	c.mu.Lock()
-	joined := c.joined
+	joined, was := c.joined, strings.Join(c.unreachable, ",")
 	c.mu.Unlock()
 	waited := now.Sub(c.started)
 	switch {
@@ -419,21 +419,29 @@ func (c *Cluster) checkRoutes(now time.Time, members []store.Member) bool {
 			"unreachable", key, "waited", waited.Round(time.Millisecond))
 	case !joined:
 		return false // wait for the routes
-	case key == c.unreachable:
+	case key == was:
 		return false
 	case key == "":
 		c.cfg.Log.Info("routes to every live member are up again")
 	default:
 		c.cfg.Log.Warn("no route on the bus to some live members: calls for the namespaces they own wait, then fail", "unreachable", key)
 	}
-	c.unreachable = key
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unreachable = missing
 	if joined {
 		return false
 	}
-	c.mu.Lock()
 	c.joined = true
-	c.mu.Unlock()
 	return true
+}
+
+// Unreachable are the live members this node found without a route at
+// its last tick that looked (see Config.Reachable), in order.
+func (c *Cluster) Unreachable() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.unreachable)
 }
 
 // expire drops the leases whose time has run out while the store could

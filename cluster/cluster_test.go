@@ -484,6 +484,9 @@ func TestAJoiningNodeWaitsForItsRoutes(t *testing.T) {
 	if !strings.Contains(logs.String(), "unreachable=a") {
 		t.Fatalf("c's log does not name the member it lost its route to:\n%s", logs.String())
 	}
+	if got := tc.nodes["c"].Unreachable(); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("c's Unreachable() = %v, want [a]", got)
+	}
 	// Once ready it stays ready: the forwarding waits for the route.
 	if count := tc.owners(t, "a", "b", "c"); count["c"] == 0 {
 		t.Fatalf("c gave up its partitions when a route went: %v", count)

@@ -57,6 +57,9 @@ func TestClusterNodeTakesNamespacesOnceItsRoutesAreUp(t *testing.T) {
 		if out := nodeLog(n2); !strings.Contains(out, "no route on the bus to some live members") || !strings.Contains(out, "unreachable=n1") {
 			t.Fatalf("n2's log does not name n1 as unreachable:\n%s", out)
 		}
+		if got := c.metric(n2, "flexiq_cluster_unreachable_members"); got != 1 {
+			t.Fatalf("n2's flexiq_cluster_unreachable_members = %v, want 1 (n1)", got)
+		}
 		if out := nodeLog(n1); strings.Contains(out, "placement anyway") || !strings.Contains(out, "unreachable=n2") {
 			t.Fatalf("n1, alone when it started, waited for routes, or did not log that it cannot reach n2:\n%s", out)
 		}
@@ -66,6 +69,9 @@ func TestClusterNodeTakesNamespacesOnceItsRoutesAreUp(t *testing.T) {
 		waitUntil(t, "n2 logs that its routes are up again", func() bool {
 			return strings.Contains(nodeLog(n2), "routes to every live member are up again")
 		})
+		if got := c.metric(n2, "flexiq_cluster_unreachable_members"); got != 0 {
+			t.Fatalf("n2's flexiq_cluster_unreachable_members = %v once its routes are up, want 0", got)
+		}
 		out := nodeLog(n3)
 		if !strings.Contains(out, "routes to every live member are up: taking part in placement") {
 			t.Fatalf("n3's log does not say it joined on its routes:\n%s", out)

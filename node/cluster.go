@@ -229,8 +229,13 @@ func (n *Node) Clustered() bool { return n.cluster != nil }
 
 // countForwards exports how many calls this node passed on to their
 // namespace's owner: with clients that follow the owner's partition hint
-// it stays near zero (docs/cluster.md "Calls go straight to the owner").
+// it stays near zero (docs/cluster.md "Calls go straight to the owner");
+// and how many live members it cannot pass calls to.
 func (n *Node) countForwards() {
+	n.Metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "flexiq_cluster_unreachable_members",
+		Help: "Live members of the cluster this node has no route to on the bus (docs/cluster.md): calls for the namespaces they own wait, then fail, here.",
+	}, func() float64 { return float64(len(n.cluster.Unreachable())) }))
 	n.Metrics.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "flexiq_calls_forwarded_total",
 		Help: "Client calls this node forwarded to the node owning their namespace.",
