@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +29,7 @@ func parallelEnqueue(b *testing.B, cs []*client.Client, batch int) {
 	for i := range jobs {
 		jobs[i] = api.Job{Queue: "bench", Task: "t", Payload: []byte(`{"n":1}`)}
 	}
+	cpu := cpuTime()
 	b.ResetTimer()
 	for _, c := range cs {
 		wg.Add(1)
@@ -43,6 +45,7 @@ func parallelEnqueue(b *testing.B, cs []*client.Client, batch int) {
 	}
 	wg.Wait()
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
+	b.ReportMetric((cpuTime()-cpu).Seconds()/b.Elapsed().Seconds(), "cores")
 }
 
 func benchClients(b *testing.B, e *env, token string, n int) []*client.Client {
@@ -97,6 +100,7 @@ func fillQueue(b *testing.B, c *client.Client, n int) {
 func parallelClaimAck(b *testing.B, cs []*client.Client) {
 	var done atomic.Int64
 	var wg sync.WaitGroup
+	cpu := cpuTime()
 	b.ResetTimer()
 	for _, c := range cs {
 		wg.Add(1)
@@ -123,6 +127,7 @@ func parallelClaimAck(b *testing.B, cs []*client.Client) {
 	}
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	b.ReportMetric((cpuTime()-cpu).Seconds()/b.Elapsed().Seconds(), "cores")
 }
 
 // BenchmarkIdleNamespaces touches 10 000 namespaces once each and reports
@@ -222,11 +227,23 @@ func workerBench(b *testing.B, prefetch int) {
 			}
 			return nil, nil
 		})
+	cpu := cpuTime()
 	b.ResetTimer()
 	if err := w.Run(ctx); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	b.ReportMetric((cpuTime()-cpu).Seconds()/b.Elapsed().Seconds(), "cores")
+}
+
+// cpuTime is the CPU time (user and system) the process has used: over a
+// benchmark's run, how much of the machine it kept busy.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkEnqueueSingle32Backlog1M is BenchmarkEnqueueSingle32 with a
