@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	neturl "net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,7 +129,7 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
 	o.Auth.attach(s)
-	fatal := &serverLog{failed: make(chan struct{}), log: o.Log}
+	fatal := &serverLog{failed: make(chan struct{}), log: o.Log, secret: o.ClusterSecret}
 	// The server formats its debug reports only when asked to; its traces
 	// (every protocol line) are never turned on.
 	debug := o.Log != nil && o.Log.Enabled(context.Background(), slog.LevelDebug)
@@ -164,7 +165,14 @@ type serverLog struct {
 	msg    string
 	failed chan struct{}
 	log    *slog.Logger
+	// secret is the cluster secret, hidden from every report.
+	secret string
 }
+
+// tokenLike is a FlexiQ token or secret ("fq_" and its random part): the
+// server quotes what a client sent as its user name when it refuses it,
+// and a client may have put its token there by mistake.
+var tokenLike = regexp.MustCompile(`fq_[A-Za-z0-9_-]+`)
 
 func (l *serverLog) Fatalf(format string, v ...any) {
 	l.report("fatal", format, v)
@@ -181,7 +189,12 @@ func (l *serverLog) report(level, format string, v []any) {
 	if l.log == nil || !l.log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	l.log.Debug(strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "nats", "nats_level", level)
+	msg := strings.TrimSpace(fmt.Sprintf(format, v...))
+	if l.secret != "" {
+		msg = strings.ReplaceAll(msg, l.secret, redact.Redacted)
+	}
+	msg = tokenLike.ReplaceAllString(msg, "fq_"+redact.Redacted)
+	l.log.Debug(msg, "component", "nats", "nats_level", level)
 }
 
 func (l *serverLog) Noticef(format string, v ...any) { l.report("notice", format, v) }
