@@ -56,6 +56,10 @@ type ClusterConfig struct {
 	// store fails: half of them before the store acted, half after (the
 	// answer lost, the write made), as a store round trip can.
 	LeaseFaults float64
+	// JoinWait is how long a booting node waits for a route to every
+	// live member (cluster.Config.JoinWait). A node reaches another on
+	// the bus when both are up and neither is cut off.
+	JoinWait time.Duration
 
 	// Planted bugs (mutation tests only).
 	noFence    bool // the store does not check fences
@@ -118,6 +122,7 @@ func RandomClusterConfig(seed uint64, scale float64) Config {
 	if r.IntN(3) == 0 {
 		cc.LeaseFaults = 0.02 + 0.08*r.Float64()
 	}
+	cc.JoinWait = between(cc.TTL, 4*cc.TTL)
 	c.Cluster = cc
 	c.Drain = c.Load.LeaseMax + cc.CutMax + 3*cc.TTL + 4*time.Second
 	return c
@@ -127,7 +132,7 @@ func (c *ClusterConfig) String() string {
 	if c == nil {
 		return ""
 	}
-	return fmt.Sprintf(" cluster=ttl%s kill%s leave%s join%s cut%s/%s zombie%s skew%s leasefaults=%.2f", c.TTL, c.KillEvery, c.LeaveEvery, c.JoinEvery, c.CutEvery, c.CutMax, c.ZombieMax, c.SkewMax, c.LeaseFaults)
+	return fmt.Sprintf(" cluster=ttl%s kill%s leave%s join%s cut%s/%s zombie%s skew%s leasefaults=%.2f joinwait%s", c.TTL, c.KillEvery, c.LeaveEvery, c.JoinEvery, c.CutEvery, c.CutMax, c.ZombieMax, c.SkewMax, c.LeaseFaults, c.JoinWait)
 }
 
 // ---------------------------------------------------------------------------
@@ -374,7 +379,7 @@ func (s *Sim) bootCluster(n *node) {
 	cn := n.cn
 	cn.gen++
 	gen := cn.gen
-	cl := cluster.New(cluster.Config{
+	cfg := cluster.Config{
 		Node: n.name, Maintenance: true, Store: s.leaseStore(n), Tick: cc.Tick, TTL: cc.TTL,
 		Now: func() time.Time { return s.now.Add(cn.skew) }, Log: slog.New(&traceHandler{s: s, node: n.name}),
 		OnLost: func(leases []string) {
@@ -382,7 +387,14 @@ func (s *Sim) bootCluster(n *node) {
 				s.onLost(n, leases)
 			}
 		},
-	})
+	}
+	if cc.JoinWait > 0 {
+		// A booting node takes partitions once it reaches every live
+		// member, or after JoinWait.
+		cfg.JoinWait = cc.JoinWait
+		cfg.Reachable = func(peer string) bool { return s.reachable(n, peer) }
+	}
+	cl := cluster.New(cfg)
 	cn.cl = cl
 	n.deps.Fences = &fenceRec{s: s, n: n, cl: cl, keep: map[string]*store.Fence{}}
 	if cn.state == nodeUp {
@@ -465,6 +477,16 @@ func (s *Sim) nodeByName(name string) *node {
 		}
 	}
 	return nil
+}
+
+// reachable says n's bus reaches peer now: both are up, neither cut off.
+func (s *Sim) reachable(n *node, peer string) bool {
+	p := s.nodeByName(peer)
+	if p != nil && p.cn != nil && p.cn.state == nodeUp && !s.now.Before(p.cn.cutUntil) && !s.now.Before(n.cn.cutUntil) {
+		return true
+	}
+	s.stat("no route to a live member")
+	return false
 }
 
 func (s *Sim) upNodes() []*node {

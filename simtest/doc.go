@@ -41,7 +41,9 @@
 // leave, are killed (their actors step on as stale owners for a while) and
 // lose their bus for a while; their clocks may be off the simulation's
 // (ClusterConfig.SkewMax), and their calls to the lease store may fail,
-// before or after the store acted (ClusterConfig.LeaseFaults). Its own
+// before or after the store acted (ClusterConfig.LeaseFaults). A booting
+// node takes partitions only once it reaches every live member on the bus
+// (both up, neither cut off), or after ClusterConfig.JoinWait. Its own
 // invariants: no write from a stale epoch lands (InvStaleWrite), no call
 // is refused for reaching a non-owner (InvRouted), every claimed job
 // settles (InvSettled), no two live nodes lead maintenance at once
