@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -104,6 +105,19 @@ func marshalAgrees(t *testing.T, v any) {
 	if string(want) != string(got) {
 		t.Fatalf("%T: MarshalFast wrote\n%s\nencoding/json\n%s", v, got, want)
 	}
+	// Marshal, without HTML escaping, against encoding/json's Encoder
+	// told the same.
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	werr = enc.Encode(v)
+	got, gerr = Marshal(v)
+	if (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
+		t.Fatalf("%T: encoding/json says %v, Marshal %v", v, werr, gerr)
+	}
+	if want := bytes.TrimRight(b.Bytes(), "\n"); werr == nil && string(want) != string(got) {
+		t.Fatalf("%T: Marshal wrote\n%s\nencoding/json\n%s", v, got, want)
+	}
 }
 
 // requestsOf are every request a client sends, built from the fuzzer's
@@ -127,13 +141,34 @@ func requestsOf(s string, raw []byte, n int64) []any {
 	}
 }
 
+// repliesOf are every reply the node sends, built as requestsOf builds
+// requests: a job as a claim hands it out, with every field set.
+func repliesOf(s string, raw []byte, n int64) []any {
+	when := time.Unix(n%(1<<40), n%1e9).UTC()
+	three := n % 7
+	job := Job{ID: s, Queue: s, Task: s, Payload: raw, Priority: n, RunAt: &when, MaxAttempts: &three, UniqueKey: s,
+		Debounce: &Debounce{Key: s, WindowMS: n}, Status: StatusRunning, Attempt: n, Error: s, DeadMeta: raw,
+		CreatedAt: &when, FinishedAt: &when, Result: raw, LeaseUntil: &when}
+	e := &Error{Code: CodeResourceExhausted, Reason: Reason(s), Message: s}
+	return []any{
+		ClaimReply{Jobs: []Job{job, {ID: s}}},
+		ClaimReply{Jobs: []Job{}},
+		EnqueueReply{Results: []EnqueueResult{{ID: s, Outcome: OutcomeEnqueued}, {ID: s, Outcome: Outcome(s)}}},
+		HeartbeatReply{Extended: []string{s}},
+		AckReply{Results: []AckResult{{ID: s}, {ID: s, Error: e}}},
+		AckReply{},
+		NackReply{Status: StatusPending, RunAt: &when},
+		ErrorBody{Error: e},
+	}
+}
+
 func TestMarshalFastAgreesWithEncodingJSON(t *testing.T) {
 	texts := []string{"", "plain", "<a href='x'>&amp;</a>", "\u2028\u2029", "\x00\x1f\x7f", "\xff\xfe bad utf-8", "é中😀", `"quoted\"\\`, "\t\n\r"}
 	raws := []string{``, `null`, `{"a":1}`, ` { "a" : [ 1 , 2 ] , "b" : "<x>" } `, `1e400`, `-0.0`, `"\u00e9"`, `{"a":1,}`, `[`, `nul`, "\"\xff\"", `{"a":"\u2028"}`}
 	for _, s := range texts {
 		for _, r := range raws {
 			for _, n := range []int64{0, 1, -1, 1 << 53, -(1 << 62)} {
-				for _, v := range requestsOf(s, []byte(r), n) {
+				for _, v := range append(requestsOf(s, []byte(r), n), repliesOf(s, []byte(r), n)...) {
 					marshalAgrees(t, v)
 				}
 			}
@@ -147,7 +182,7 @@ func FuzzMarshalFastAgreesWithEncodingJSON(f *testing.F) {
 	f.Add("<&>", []byte(` [ 1 , 2 ] `), int64(-1))
 	f.Add("\xff", []byte(`{"a":`), int64(1<<40))
 	f.Fuzz(func(t *testing.T, s string, raw []byte, n int64) {
-		for _, v := range requestsOf(s, raw, n) {
+		for _, v := range append(requestsOf(s, raw, n), repliesOf(s, raw, n)...) {
 			marshalAgrees(t, v)
 		}
 	})
