@@ -19,6 +19,7 @@ import (
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/bus"
 	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/internal/testlog"
 	"github.com/flexiq/flexiq/quota"
 	"github.com/flexiq/flexiq/store"
 )
@@ -127,30 +128,12 @@ func (o signalObserver) BroadcastDropped(subject, reason string) {
 	o.events <- event{kind: "dropped", subject: subject, reason: reason}
 }
 
-// lockedBuffer is the log, written by the listener's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type rig struct {
 	st      *memStore
 	cache   *signalCache
 	tokens  forgetter
 	obs     signalObserver
-	log     *lockedBuffer
+	log     *testlog.Buffer
 	pub     *nats.Conn
 	metrics *admin.Metrics
 }
@@ -183,7 +166,7 @@ func startRig(t *testing.T, ttl time.Duration) *rig {
 	r := &rig{
 		st:      &memStore{settings: map[string]store.Setting{}},
 		tokens:  make(forgetter, 100),
-		log:     &lockedBuffer{},
+		log:     &testlog.Buffer{},
 		metrics: admin.NewMetrics(),
 	}
 	r.cache = &signalCache{Cache: cachebust.New(r.st, ttl, nil), quota: make(chan verified, 100), config: make(chan string, 100)}

@@ -1,37 +1,23 @@
 package bus
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/flexiq/flexiq/auth"
+	"github.com/flexiq/flexiq/internal/testlog"
 )
-
-// lockedBuffer is a log's output, read while the server writes to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // At debug level the embedded server's own reports reach the node's log,
 // marked component=nats, with no secret in them: a client that sends its
 // token as its user name is refused, and the report of it quotes the
 // name, which the log hides, as it hides the cluster secret.
 func TestServerReportsAreLoggedWithoutSecrets(t *testing.T) {
-	var out lockedBuffer
-	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var out testlog.Buffer
+	log := out.Logger(slog.LevelDebug)
 	a := NewClientAuth(testSecret, &tokens{live: map[string]auth.Principal{}}, nil)
 	srv, err := StartEmbedded(EmbeddedOptions{Listen: "127.0.0.1:-1", Auth: a, Log: log, ClusterSecret: testSecret})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flexiq/flexiq/cluster/clustertest"
+	"github.com/flexiq/flexiq/internal/testlog"
 	"github.com/flexiq/flexiq/store"
 )
 
@@ -435,19 +436,6 @@ type routes struct {
 func (r *routes) reachable(node string) bool { r.mu.Lock(); defer r.mu.Unlock(); return r.up[node] }
 func (r *routes) set(node string, up bool)   { r.mu.Lock(); r.up[node] = up; r.mu.Unlock() }
 
-// logLines is a slog handler's output, safe to read while written.
-type logLines struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *logLines) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
 // A node that joins takes no partition while it has no route to a live
 // member (a call forwarded to it then would be lost), and takes its share
 // as soon as the route is up; a change of its routes afterwards is logged.
@@ -455,10 +443,10 @@ func TestAJoiningNodeWaitsForItsRoutes(t *testing.T) {
 	tc := newTestCluster("a", "b")
 	settle(t, tc, 4, "a", "b")
 	r := &routes{up: map[string]bool{"a": true}}
-	var logs logLines
+	var logs testlog.Buffer
 	tc.addWith("c", true, func(cfg *Config) {
 		cfg.Reachable = r.reachable
-		cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
+		cfg.Log = logs.Logger(slog.LevelInfo)
 	})
 	for i := 0; i < 8; i++ { // 2 s, within JoinWait
 		count := settle(t, tc, 1, "a", "b", "c")
@@ -500,11 +488,11 @@ func TestANodeWithoutRoutesJoinsAfterTheWait(t *testing.T) {
 	tc := newTestCluster("a")
 	settle(t, tc, 4, "a")
 	r := &routes{up: map[string]bool{}}
-	var logs logLines
+	var logs testlog.Buffer
 	tc.addWith("c", true, func(cfg *Config) {
 		cfg.Reachable = r.reachable
 		cfg.JoinWait = 3 * time.Second
-		cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
+		cfg.Log = logs.Logger(slog.LevelInfo)
 	})
 	for i := 0; i < 11; i++ { // 2.75 s
 		if count := settle(t, tc, 1, "a", "c"); count["c"] > 0 {

@@ -1,7 +1,6 @@
 package maintenance
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/flexiq/flexiq/actors"
 	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/internal/testlog"
 	"github.com/flexiq/flexiq/store"
 )
 
@@ -100,24 +100,6 @@ func (enqueued) Send(_ string, m *actors.Message) {
 	m.Reply(api.EnqueueReply{Results: []api.EnqueueResult{{ID: req.Jobs[0].ID, Outcome: api.OutcomeEnqueued}}}, nil)
 }
 
-// lockedBuffer is a log sink the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
-
 // A schedule is parsed once per change of its text, not on every tick,
 // and a bad or over-long one is logged once per change and skipped, while
 // the good ones keep firing.
@@ -128,7 +110,7 @@ func TestPeriodicParsesEachScheduleOncePerChange(t *testing.T) {
 	st.define(t, "acme", api.Periodic{Name: "bad", Cron: "not a schedule", Queue: "q", Task: "t"}, t0)
 	st.define(t, "beta", api.Periodic{Name: "long", Cron: "@every 1s" + strings.Repeat(" ", api.MaxCronBytes), Queue: "q", Task: "t"}, t0)
 
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	p := NewPeriodic(st, enqueued{}, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	parsed := map[string]int{}
 	p.parse = func(spec string) (cron.Schedule, error) {
@@ -153,10 +135,10 @@ func TestPeriodicParsesEachScheduleOncePerChange(t *testing.T) {
 	if fmt.Sprint(parsed) != fmt.Sprint(want) {
 		t.Errorf("over %d ticks parsed %v, want each schedule once", ticks, parsed)
 	}
-	if n := logs.count("bad schedule"); n != 2 {
-		t.Errorf("%d bad-schedule warnings over %d ticks, want 2 (bad and long, once each):\n%s", n, ticks, logs.b.String())
+	if n := strings.Count(logs.String(), "bad schedule"); n != 2 {
+		t.Errorf("%d bad-schedule warnings over %d ticks, want 2 (bad and long, once each):\n%s", n, ticks, logs.String())
 	}
-	if n := logs.count(fmt.Sprintf("must be at most %d bytes", api.MaxCronBytes)); n != 1 {
+	if n := strings.Count(logs.String(), fmt.Sprintf("must be at most %d bytes", api.MaxCronBytes)); n != 1 {
 		t.Errorf("the over-long schedule was reported %d times, want once naming the limit", n)
 	}
 
@@ -169,7 +151,7 @@ func TestPeriodicParsesEachScheduleOncePerChange(t *testing.T) {
 	if fmt.Sprint(parsed) != fmt.Sprint(want) {
 		t.Errorf("after the changes parsed %v, want %v", parsed, want)
 	}
-	if n := logs.count("bad schedule"); n != 2 {
+	if n := strings.Count(logs.String(), "bad schedule"); n != 2 {
 		t.Errorf("%d bad-schedule warnings after fixing one, want still 2", n)
 	}
 }
