@@ -407,33 +407,28 @@ func (c *Cluster) checkRoutes(now time.Time, members []store.Member) bool {
 	}
 	slices.Sort(missing)
 	key := strings.Join(missing, ",")
-	c.mu.Lock()
-	joined, was := c.joined, strings.Join(c.unreachable, ",")
-	c.mu.Unlock()
 	waited := now.Sub(c.started)
+	c.mu.Lock()
+	was := strings.Join(c.unreachable, ",")
+	c.unreachable = missing
+	joined := c.joined
+	joins := !joined && (key == "" || waited >= c.cfg.JoinWait)
+	c.joined = joined || joins
+	c.mu.Unlock()
 	switch {
-	case !joined && key == "":
+	case joins && key == "":
 		c.cfg.Log.Info("routes to every live member are up: taking part in placement", "members", len(members), "waited", waited.Round(time.Millisecond))
-	case !joined && waited >= c.cfg.JoinWait:
+	case joins:
 		c.cfg.Log.Warn("no route on the bus to some live members: taking part in placement anyway; calls for the namespaces they own will wait, then fail, until a route forms (check --routes and --cluster-listen on every node)",
 			"unreachable", key, "waited", waited.Round(time.Millisecond))
-	case !joined:
-		return false // wait for the routes
-	case key == was:
-		return false
+	case !joined || key == was:
+		// Waiting for the routes, or nothing changed.
 	case key == "":
 		c.cfg.Log.Info("routes to every live member are up again")
 	default:
 		c.cfg.Log.Warn("no route on the bus to some live members: calls for the namespaces they own wait, then fail", "unreachable", key)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.unreachable = missing
-	if joined {
-		return false
-	}
-	c.joined = true
-	return true
+	return joins
 }
 
 // Unreachable are the live members this node found without a route at

@@ -459,6 +459,9 @@ func TestAJoiningNodeWaitsForItsRoutes(t *testing.T) {
 			t.Fatal("c says it is ready with no route to b")
 		}
 	}
+	if got := tc.nodes["c"].Unreachable(); len(got) != 1 || got[0] != "b" {
+		t.Fatalf("c waiting for its route: Unreachable() = %v, want [b]", got)
+	}
 	r.set("b", true)
 	count := settle(t, tc, 4, "a", "b", "c")
 	if count["c"] == 0 || total(count) != Partitions {
