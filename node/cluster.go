@@ -227,11 +227,11 @@ func (n *Node) ClusterAddr() string {
 // takes part in placement).
 func (n *Node) Clustered() bool { return n.cluster != nil }
 
-// countForwards exports how many calls this node passed on to their
+// clusterMetrics exports how many calls this node passed on to their
 // namespace's owner: with clients that follow the owner's partition hint
 // it stays near zero (docs/cluster.md "Calls go straight to the owner");
 // and how many live members it cannot pass calls to.
-func (n *Node) countForwards() {
+func (n *Node) clusterMetrics() {
 	n.Metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "flexiq_cluster_unreachable_members",
 		Help: "Live members of the cluster this node has no route to on the bus (docs/cluster.md): calls for the namespaces they own wait, then fail, here.",

@@ -302,7 +302,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		n.service.SetInterest(n.server.GlobalAccount().SubscriptionInterest)
 	}
 	if router != nil {
-		n.countForwards()
+		n.clusterMetrics()
 	}
 	if err := n.nc.Flush(); err != nil {
 		return n, fmt.Errorf("nats: %w", err)
