@@ -129,6 +129,8 @@ func (m *member) natsURL() string { return "nats://" + m.natsAddr }
 type testCluster struct {
 	t       testing.TB
 	members []*member
+	// logsShown: a failure message carried the nodes' logs already.
+	logsShown atomic.Bool
 }
 
 // startCluster runs n fq-node processes on the test's backend store,
@@ -144,6 +146,14 @@ func startClusterWith(t testing.TB, n int, setup func(*member)) *testCluster {
 	t.Helper()
 	storeURL := storeURLFor(t, t.TempDir())
 	c := &testCluster{t: t}
+	// A failed test shows what the nodes logged (at debug: the embedded
+	// servers' route reports too), unless its message did. Registered
+	// first, it runs after the nodes are killed.
+	t.Cleanup(func() {
+		if t.Failed() && !c.logsShown.Load() {
+			t.Logf("the nodes' logs:\n%s", c.logs())
+		}
+	})
 	var routes []string
 	for i := 0; i < n; i++ {
 		m := &member{t: t, id: fmt.Sprintf("n%d", i+1), dir: t.TempDir(), store: storeURL,
@@ -779,6 +789,7 @@ func TestClusterRollingRestartLosesNoAcknowledgedEnqueue(t *testing.T) {
 
 // logs are the members' node logs, for a failure's message.
 func (c *testCluster) logs() string {
+	c.logsShown.Store(true)
 	var b strings.Builder
 	for _, m := range c.members {
 		data, _ := os.ReadFile(filepath.Join(m.dir, "node.log"))
