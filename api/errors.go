@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	gojson "github.com/goccy/go-json"
 	"net/http"
+
+	gojson "github.com/goccy/go-json"
 )
 
 // Code is a gRPC canonical code name. Using the gRPC names on every surface
