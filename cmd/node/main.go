@@ -404,7 +404,7 @@ type logLevel struct{ l *slog.Level }
 
 func (l logLevel) String() string {
 	if l.l == nil {
-		return "info"
+		return "" // the zero value: flag then shows the default
 	}
 	return strings.ToLower(l.l.String())
 }
