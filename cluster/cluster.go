@@ -545,6 +545,9 @@ type Status struct {
 	// Namespace and Owner answer GET /v1/cluster?namespace=NS.
 	Namespace string `json:"namespace,omitempty"`
 	Owner     string `json:"owner,omitempty"`
+	// Unreachable are the live members this node has no route to on the
+	// bus (Cluster.Unreachable); left out when there are none.
+	Unreachable []string `json:"unreachable,omitempty"`
 }
 
 // MemberStatus is one member in Status.
@@ -560,7 +563,7 @@ type MemberStatus struct {
 func (c *Cluster) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := Status{Node: c.cfg.Node, Members: []MemberStatus{}}
+	st := Status{Node: c.cfg.Node, Members: []MemberStatus{}, Unreachable: slices.Clone(c.unreachable)}
 	if l, ok := c.leases[LeaderLease]; ok {
 		st.Leader = l.Holder
 	}

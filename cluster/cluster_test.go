@@ -462,6 +462,9 @@ func TestAJoiningNodeWaitsForItsRoutes(t *testing.T) {
 	if got := tc.nodes["c"].Unreachable(); len(got) != 1 || got[0] != "b" {
 		t.Fatalf("c waiting for its route: Unreachable() = %v, want [b]", got)
 	}
+	if got := tc.nodes["c"].Status().Unreachable; len(got) != 1 || got[0] != "b" {
+		t.Fatalf("c's status shows unreachable %v, want [b]", got)
+	}
 	r.set("b", true)
 	count := settle(t, tc, 4, "a", "b", "c")
 	if count["c"] == 0 || total(count) != Partitions {

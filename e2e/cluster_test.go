@@ -200,10 +200,11 @@ func (c *testCluster) status(m *member) (clusterStatus, error) {
 }
 
 type clusterStatus struct {
-	Node    string `json:"node"`
-	Leader  string `json:"leader"`
-	Owner   string `json:"owner"`
-	Members []struct {
+	Node        string   `json:"node"`
+	Leader      string   `json:"leader"`
+	Owner       string   `json:"owner"`
+	Unreachable []string `json:"unreachable"`
+	Members     []struct {
 		ID         string `json:"id"`
 		Ready      bool   `json:"ready"`
 		Owned      int    `json:"owned"`

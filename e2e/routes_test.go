@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/flexiq/flexiq/cmd/fq/cli"
 )
 
 // nodeLog is what member m logged so far.
@@ -60,6 +64,15 @@ func TestClusterNodeTakesNamespacesOnceItsRoutesAreUp(t *testing.T) {
 		if got := c.metric(n2, "flexiq_cluster_unreachable_members"); got != 1 {
 			t.Fatalf("n2's flexiq_cluster_unreachable_members = %v, want 1 (n1)", got)
 		}
+		if st, err := c.status(n2); err != nil || len(st.Unreachable) != 1 || st.Unreachable[0] != "n1" {
+			t.Fatalf("n2's GET /v1/cluster: unreachable %v (%v), want [n1]", st.Unreachable, err)
+		}
+		var stdout, stderr bytes.Buffer
+		vars := map[string]string{"FQ_SERVER": "http://" + n2.admin, "FQ_TOKEN": clusterRoot}
+		if code := cli.RunContext(context.Background(), []string{"cluster", "status"}, func(k string) string { return vars[k] }, &stdout, &stderr); code != 0 ||
+			!strings.Contains(stdout.String(), "no route from n2 to: n1") {
+			t.Fatalf("fq cluster status on n2: exit %d, stdout %q, stderr %q; want it to name n1 as unreachable", code, stdout.String(), stderr.String())
+		}
 		if out := nodeLog(n1); strings.Contains(out, "placement anyway") || !strings.Contains(out, "unreachable=n2") {
 			t.Fatalf("n1, alone when it started, waited for routes, or did not log that it cannot reach n2:\n%s", out)
 		}
@@ -71,6 +84,9 @@ func TestClusterNodeTakesNamespacesOnceItsRoutesAreUp(t *testing.T) {
 		})
 		if got := c.metric(n2, "flexiq_cluster_unreachable_members"); got != 0 {
 			t.Fatalf("n2's flexiq_cluster_unreachable_members = %v once its routes are up, want 0", got)
+		}
+		if st, err := c.status(n2); err != nil || len(st.Unreachable) != 0 {
+			t.Fatalf("n2's GET /v1/cluster once its routes are up: unreachable %v (%v), want none", st.Unreachable, err)
 		}
 		out := nodeLog(n3)
 		if !strings.Contains(out, "routes to every live member are up: taking part in placement") {

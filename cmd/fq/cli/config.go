@@ -433,6 +433,7 @@ func (a *app) clusterStatus(cmd *command, args []string) error {
 			Maintenance bool   `json:"maintenance"`
 			Partitions  int    `json:"partitions"`
 		} `json:"members"`
+		Unreachable []string `json:"unreachable"`
 	}
 	data, err := a.admin("GET", "/v1/cluster", nil, &out)
 	if err != nil {
@@ -448,7 +449,13 @@ func (a *app) clusterStatus(cmd *command, args []string) error {
 	for _, m := range out.Members {
 		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%v\n", m.ID, m.Ready, m.Partitions, m.Owned, m.Maintenance)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(out.Unreachable) > 0 {
+		fmt.Fprintf(a.stdout, "no route from %s to: %s (calls here for the namespaces they own wait, then fail)\n", out.Node, strings.Join(out.Unreachable, ", "))
+	}
+	return nil
 }
 
 func orDash(s string) string {
