@@ -87,19 +87,7 @@ func respondJSON(m *nats.Msg, v any) {
 func fakeBus(t *testing.T, subs map[string]nats.MsgHandler) *Client {
 	t.Helper()
 	srv := startNATS(t)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	for subject, h := range subs {
-		if _, err := nc.Subscribe(subject, h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	answering(t, srv, subs)
 	c, err := Connect(srv.ClientURL(), "tok")
 	if err != nil {
 		t.Fatal(err)
