@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"net"
 	neturl "net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,11 +168,6 @@ type serverLog struct {
 	secret string
 }
 
-// tokenLike is a FlexiQ token or secret ("fq_" and its random part): the
-// server quotes what a client sent as its user name when it refuses it,
-// and a client may have put its token there by mistake.
-var tokenLike = regexp.MustCompile(`fq_[A-Za-z0-9_-]+`)
-
 func (l *serverLog) Fatalf(format string, v ...any) {
 	l.report("fatal", format, v)
 	l.once.Do(func() {
@@ -189,11 +183,9 @@ func (l *serverLog) report(level, format string, v []any) {
 	if l.log == nil || !l.log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	msg := strings.TrimSpace(fmt.Sprintf(format, v...))
-	if l.secret != "" {
-		msg = strings.ReplaceAll(msg, l.secret, redact.Redacted)
-	}
-	msg = tokenLike.ReplaceAllString(msg, "fq_"+redact.Redacted)
+	// The server quotes what a client sent as its user name when it
+	// refuses it, and a client may have put its token there by mistake.
+	msg := redact.Text(strings.TrimSpace(fmt.Sprintf(format, v...)), l.secret)
 	l.log.Debug(msg, "component", "nats", "nats_level", level)
 }
 

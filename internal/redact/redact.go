@@ -1,5 +1,6 @@
-// Package redact hides the secrets of store and NATS URLs from what is
-// printed or logged (docs/security.md: a secret in a URL is never printed or logged).
+// Package redact hides the secrets of store and NATS URLs, and FlexiQ
+// tokens in free text, from what is printed or logged (docs/security.md:
+// a secret is never printed or logged).
 package redact
 
 import (
@@ -58,6 +59,23 @@ func (e *redactedError) Unwrap() error { return e.err }
 // tokenSchemes are those whose user info without a password is itself a
 // secret: nats://<token>@host.
 var tokenSchemes = map[string]bool{"nats": true, "tls": true, "ws": true, "wss": true}
+
+// tokenLike is a FlexiQ token or generated secret: "fq_" and its random
+// part (auth.NewToken, the generated root token and cluster secret).
+var tokenLike = regexp.MustCompile(`fq_[A-Za-z0-9_-]+`)
+
+// Text returns s with each of secrets, and anything shaped like a FlexiQ
+// token, replaced by Redacted (the token keeps its "fq_" so a reader
+// still sees what was there): for text a library wrote, such as the
+// embedded NATS server's reports, which quote what a client sent.
+func Text(s string, secrets ...string) string {
+	for _, secret := range secrets {
+		if secret != "" {
+			s = strings.ReplaceAll(s, secret, Redacted)
+		}
+	}
+	return tokenLike.ReplaceAllString(s, "fq_"+Redacted)
+}
 
 var (
 	// secretParam is a password-like parameter of a URL's query.

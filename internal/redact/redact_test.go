@@ -79,3 +79,18 @@ func TestRedactErrorHidesTheSecretsAndKeepsTheCause(t *testing.T) {
 		t.Error("an error with nothing to hide was wrapped")
 	}
 }
+
+// Text hides the secrets it is given and every token-shaped word, and
+// leaves the rest of the text as it was.
+func TestTextHidesSecretsAndTokens(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`authentication error - User "fq_AbC-12_x"`, `authentication error - User "fq_***"`},
+		{"route password s3cret-xyz refused", "route password *** refused"},
+		{"two fq_a and fq_b.", "two fq_*** and fq_***."},
+		{"nothing secret: fq_ alone, tok_123", "nothing secret: fq_ alone, tok_123"},
+	} {
+		if got := Text(c.in, "s3cret-xyz", ""); got != c.want {
+			t.Errorf("Text(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
