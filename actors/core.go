@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"time"
 
@@ -456,6 +457,21 @@ func (c *Core) PlanClaims(calls []*ClaimCall, now time.Time) ClaimPlan {
 	p.Params.NoPromote = c.promoteKnown && (c.promoteAt.IsZero() || now.Before(c.promoteAt))
 	if !p.Params.NoPromote {
 		c.promoteKnown = false
+	}
+	// Without a cap this group could meet, the store need not ask per job
+	// (nil Allow): it may hand out the heads of the queues in one go.
+	var total int64
+	var queues []string
+	for _, spec := range p.Params.Claims {
+		total += int64(max(spec.Max, 0))
+		for _, q := range spec.Queues {
+			if !slices.Contains(queues, q) {
+				queues = append(queues, q)
+			}
+		}
+	}
+	if !lim.Binds(&c.counts, queues, total) {
+		return p
 	}
 	scratch := dispatch.Counts{Running: c.counts.Running}
 	scratch.Queue = make(map[string]int64, len(c.counts.Queue))

@@ -208,6 +208,39 @@ func TestPlanClaimsGatesInsideTheScan(t *testing.T) {
 	}
 }
 
+func TestPlanClaimsLeavesTheGateOutOnlyWhenNoCapCanBeMet(t *testing.T) {
+	claim := func(c *Core, max int, queues ...string) ClaimPlan {
+		return c.PlanClaims([]*ClaimCall{
+			{Req: api.ClaimRequest{Queues: queues, Max: max}},
+			{Req: api.ClaimRequest{Queues: queues, Max: max}},
+		}, t0)
+	}
+	c := newTestCore(t, `{}`)
+	c.pending = 100
+	if p := claim(c, 32, "q"); p.Params.Allow != nil {
+		t.Fatal("no caps at all, yet the store is asked per job")
+	}
+	c = newTestCore(t, `{"max_running":10}`)
+	c.pending = 100
+	if p := claim(c, 5, "q"); p.Params.Allow != nil {
+		t.Fatal("two claims of 5 under max_running 10: no cap can be met, yet gated")
+	}
+	if p := claim(c, 6, "q"); p.Params.Allow == nil {
+		t.Fatal("two claims of 6 under max_running 10 went ungated")
+	}
+	s := c.Snapshot()
+	three := int64(3)
+	s.Queues = map[string]quota.QueueSettings{"mail": {MaxConcurrent: &three}}
+	s.Tasks = map[string]quota.TaskSettings{"resize": {MaxConcurrent: &three}}
+	c.SetSnapshot(s)
+	if p := claim(c, 1, "img"); p.Params.Allow != nil {
+		t.Fatal("two jobs can meet neither the task's cap of 3 nor max_running, yet gated")
+	}
+	if p := claim(c, 2, "img"); p.Params.Allow == nil {
+		t.Fatal("four jobs of unknown tasks could pass resize's cap of 3, yet ungated")
+	}
+}
+
 func TestUpdatesAckNackExpire(t *testing.T) {
 	c := newTestCore(t, `{}`)
 	c.pending = 3

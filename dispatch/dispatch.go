@@ -47,6 +47,27 @@ func (l Limits) QueueFull(c *Counts, queue string) bool {
 	return ok && c.Queue[queue] >= max
 }
 
+// Binds reports whether handing out n more jobs of queues could meet a
+// cap: the namespace's, one of those queues', or any task's (a claim does
+// not know its jobs' tasks before it reads them). When it cannot, every
+// one of them would be allowed, so a claim need not ask per job.
+func (l Limits) Binds(c *Counts, queues []string, n int64) bool {
+	if l.MaxRunning != nil && c.Running+n > *l.MaxRunning {
+		return true
+	}
+	for _, q := range queues {
+		if max, ok := l.Queue[q]; ok && c.Queue[q]+n > max {
+			return true
+		}
+	}
+	for task, max := range l.Task {
+		if c.Task[task]+n > max {
+			return true
+		}
+	}
+	return false
+}
+
 // FullTasks lists the tasks whose cap is reached, so a claim can leave their
 // jobs out of its scan instead of reading them and holding them back.
 func (l Limits) FullTasks(c *Counts) []string {

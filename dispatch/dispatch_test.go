@@ -212,3 +212,56 @@ func TestCapsHold(t *testing.T) {
 		}
 	})
 }
+
+// TestBindsIsSound checks that when Binds says n more jobs of some queues
+// cannot meet a cap, Allow takes every one of any n such jobs; and that it
+// says so whenever there are no caps at all.
+func TestBindsIsSound(t *testing.T) {
+	queues := []string{"q1", "q2", "q3"}
+	tasks := []string{"t1", "t2", "t3"}
+	rapid.Check(t, func(t *rapid.T) {
+		var l Limits
+		if rapid.Bool().Draw(t, "namespace capped") {
+			l.MaxRunning = i64(rapid.Int64Range(0, 12).Draw(t, "max_running"))
+		}
+		l.Queue = rapid.MapOf(rapid.SampledFrom(queues), rapid.Int64Range(0, 8)).Draw(t, "queue caps")
+		l.Task = rapid.MapOf(rapid.SampledFrom(tasks), rapid.Int64Range(0, 8)).Draw(t, "task caps")
+		var c Counts
+		for range rapid.IntRange(0, 6).Draw(t, "running") {
+			c.Add(rapid.SampledFrom(queues).Draw(t, "queue"), rapid.SampledFrom(tasks).Draw(t, "task"), 1)
+		}
+		claimed := rapid.SliceOfNDistinct(rapid.SampledFrom(queues), 1, 3, rapid.ID[string]).Draw(t, "claimed queues")
+		n := rapid.Int64Range(1, 8).Draw(t, "n")
+		if len(l.Queue) == 0 && len(l.Task) == 0 && l.MaxRunning == nil && l.Binds(&c, claimed, n) {
+			t.Fatalf("Binds with no caps at all")
+		}
+		if l.Binds(&c, claimed, n) {
+			return
+		}
+		for i := range n {
+			q := rapid.SampledFrom(claimed).Draw(t, "job queue")
+			task := rapid.SampledFrom(tasks).Draw(t, "job task")
+			if !l.Allow(&c, q, task) {
+				t.Fatalf("job %d of %d (%s, %s) refused after Binds said no cap could be met: limits %+v counts %+v", i+1, n, q, task, l, c)
+			}
+			c.Add(q, task, 1)
+		}
+	})
+}
+
+func TestBindsAtTheEdge(t *testing.T) {
+	l := Limits{MaxRunning: i64(5), Queue: map[string]int64{"q": 3}, Task: map[string]int64{"t": 4}}
+	c := counts(1, map[string]int64{"q": 1}, map[string]int64{"t": 1})
+	if l.Binds(c, []string{"q"}, 2) {
+		t.Errorf("2 more of q: queue reaches 3, its cap; nothing over it, yet Binds")
+	}
+	if !l.Binds(c, []string{"q"}, 3) {
+		t.Errorf("3 more of q would pass its cap of 3, yet not Binds")
+	}
+	if !l.Binds(c, []string{"other"}, 4) {
+		t.Errorf("4 more would pass task t's cap of 4 (tasks are not known ahead), yet not Binds")
+	}
+	if !l.Binds(c, []string{"other"}, 5) {
+		t.Errorf("5 more would pass max_running 5, yet not Binds")
+	}
+}

@@ -75,11 +75,19 @@ func BenchmarkEnqueueBatch100(b *testing.B) {
 	parallelEnqueue(b, benchClients(b, e, tn.producer, 8), 100)
 }
 
+// BenchmarkClaimAck32 is the bare protocol on every backend: 32 loops
+// that each claim one job (max=1) and ack it.
+//
+//	go test -run '^$' -bench 'ClaimAck32/postgres' -benchtime 30000x ./e2e
 func BenchmarkClaimAck32(b *testing.B) {
-	e := start(b)
-	tn := e.tenant("acme")
-	fillQueue(b, tn.p, b.N)
-	parallelClaimAck(b, benchClients(b, e, tn.worker, 32))
+	for _, backend := range backends {
+		b.Run(backend, func(b *testing.B) {
+			e := start(b)
+			tn := e.tenant("acme")
+			fillQueue(b, tn.p, b.N)
+			parallelClaimAck(b, benchClients(b, e, tn.worker, 32))
+		})
+	}
 }
 
 // fillQueue enqueues n jobs into queue bench, 1000 a call.

@@ -235,6 +235,24 @@ type JobClaimManyParams struct {
 	Allow func(queue, task string) ClaimVerdict
 }
 
+// OneQueueUngated returns the queue of a group that a backend may hand out
+// as the head of that one queue, with no scan of its own: Allow is nil and
+// every claim names that queue alone. Claim after claim, each then takes
+// the next jobs of the queue in dispatch order, up to its Max; any path
+// must give exactly that.
+func (p *JobClaimManyParams) OneQueueUngated() (string, bool) {
+	if p.Allow != nil || len(p.Claims) == 0 || len(p.Claims[0].Queues) != 1 {
+		return "", false
+	}
+	q := p.Claims[0].Queues[0]
+	for _, c := range p.Claims[1:] {
+		if len(c.Queues) != 1 || c.Queues[0] != q {
+			return "", false
+		}
+	}
+	return q, true
+}
+
 // ClaimVerdict is the dispatch gate's answer for one candidate job. The
 // skip verdicts let a backend stop scanning jobs that cannot go out.
 type ClaimVerdict int

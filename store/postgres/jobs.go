@@ -443,6 +443,91 @@ const claimSQL = `UPDATE jobs SET status = 1, attempt = attempt + 1, lease_until
 	WHERE seq = u.useq AND status + 0 = 0
 	RETURNING ` + jobCols
 
+// claimHeadSQL hands out the head of one queue in one statement, for a
+// group that asks no gate per job (Allow nil) and whose claims all name
+// that one queue: it locks the first $4 available jobs in dispatch order
+// and marks them running, the k-th of them with the k-th slot's lease and
+// worker ($5, $6: claim after claim, one slot per job it may take). The
+// arrays are subscripted, not joined: a join re-reads them for every job.
+// "priority <= $7", given MaxInt64, keeps the generic plan on the ordered
+// index scan that LIMIT stops early, as in fetchSQL.
+const claimHeadSQL = `WITH head AS (
+		SELECT seq AS hseq, row_number() OVER (ORDER BY priority DESC, run_at, seq) AS slot FROM (
+			SELECT seq, priority, run_at FROM jobs
+			WHERE namespace = $1 AND queue = $2 AND status = 0 AND priority <= $7 AND task <> ALL ($3::text[])
+			ORDER BY priority DESC, run_at, seq
+			LIMIT $4
+			FOR UPDATE SKIP LOCKED) h)
+	UPDATE jobs SET status = 1, attempt = attempt + 1, lease_until = ($5::bigint[])[head.slot], worker = ($6::text[])[head.slot]
+	FROM head
+	WHERE seq = head.hseq
+	RETURNING head.slot, ` + jobCols
+
+// queueClaimHead queues claimHeadSQL for the group: claim after claim,
+// each gets the next of the head's jobs up to its Max, in dispatch order,
+// as the scan of the general path would give them.
+func queueClaimHead(t *txn, p *store.JobClaimManyParams, queue string, out [][]store.Job) {
+	var (
+		leases  []int64
+		workers []*string
+		owner   []int // slot → claim
+	)
+	for ci, c := range p.Claims {
+		var worker *string
+		if c.Worker != "" {
+			w := c.Worker
+			worker = &w
+		}
+		for range max(c.Max, 0) {
+			leases = append(leases, nanos(c.LeaseUntil))
+			workers = append(workers, worker)
+			owner = append(owner, ci)
+		}
+	}
+	if len(owner) == 0 {
+		return
+	}
+	exclude := p.ExcludeTasks
+	if exclude == nil {
+		exclude = []string{}
+	}
+	args := []any{p.Namespace, queue, exclude, len(owner), leases, workers, int64(math.MaxInt64)}
+	t.query(claimHeadSQL, args, func(rows pgx.Rows) error {
+		bySlot := make([]store.Job, len(owner))
+		got := make([]bool, len(owner))
+		for rows.Next() {
+			var slot int64
+			j, err := scanJob(slotted{rows, &slot})
+			if err != nil {
+				return err
+			}
+			if slot < 1 || slot > int64(len(owner)) || got[slot-1] {
+				return fmt.Errorf("claim: slot %d out of %d", slot, len(owner))
+			}
+			bySlot[slot-1], got[slot-1] = j, true
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for k, ok := range got {
+			if ok {
+				out[owner[k]] = append(out[owner[k]], bySlot[k])
+			}
+		}
+		return nil
+	})
+}
+
+// slotted scans a row that leads with its slot before the job's columns.
+type slotted struct {
+	row  pgx.Row
+	slot *int64
+}
+
+func (s slotted) Scan(dest ...any) error {
+	return s.row.Scan(append([]any{s.slot}, dest...)...)
+}
+
 // queueFetch queues the read of c's next page.
 func queueFetch(t *txn, ns string, c *cursor, skip map[string]bool, limit int) {
 	lastPri, lastRun, lastSeq := int64(math.MaxInt64), int64(math.MinInt64), int64(math.MinInt64)
@@ -507,12 +592,18 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 			return nil
 		}
 		queueFence(t, p.Fence)
-		// A page holds a little more than the group can take: Allow may
-		// skip some, and another page costs a round trip.
-		pageSize := func() int { return remaining + 4 }
 		if !p.NoPromote {
 			t.exec(promoteSQL, []any{p.Namespace, queues, runAtMicros(p.Now)}, nil)
 		}
+		if q, ok := p.OneQueueUngated(); ok {
+			// Nothing to ask per job: the whole claim, its commit too, is
+			// one round trip.
+			queueClaimHead(t, &p, q, out)
+			return nil
+		}
+		// A page holds a little more than the group can take: Allow may
+		// skip some, and another page costs a round trip.
+		pageSize := func() int { return remaining + 4 }
 		for _, q := range queues {
 			queueFetch(t, p.Namespace, cursors[q], skipTask, pageSize())
 		}

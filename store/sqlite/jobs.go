@@ -1,12 +1,14 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -555,6 +557,119 @@ func (s *Store) fetch(ctx context.Context, tx *wtx, ns string, c *cursor, skip m
 	return nil
 }
 
+// promoteSQL makes a queue's due scheduled jobs available before a claim
+// reads it.
+const promoteSQL = `UPDATE jobs SET status = 0
+	WHERE namespace = ? AND queue = ? AND status = 4 AND run_at <= ?`
+
+// headSQL numbers the first jobs of a queue in dispatch order, from slot
+// 0: the head a claimHead statement hands out. The page size is written
+// into the text, as for fetchSQL.
+const headSQL = `SELECT hseq, row_number() OVER (ORDER BY hpri DESC, hrun, hseq) - 1 AS slot
+	FROM (SELECT seq AS hseq, priority AS hpri, run_at AS hrun FROM jobs INDEXED BY jobs_claim
+		WHERE namespace = ?1 AND queue = ?2 AND status = 0
+		ORDER BY priority DESC, run_at, seq LIMIT %d)`
+
+// The claimHead statements hand out the head of one queue in one
+// statement, for a group OneQueueUngated allows. claimHeadSameSQL is for
+// a group whose claims share a lease and a worker (?3, ?4; one claim, or
+// max=1 claims of one step), the first ?5 jobs. claimHeadSlotsSQL gives
+// the k-th job the k-th slot's [lease_until, worker] of ?3 (claim after
+// claim, one slot per job it may take); the slots are read from the JSON
+// once, into a table the join looks up (json_each joined directly would
+// parse the array again for every job). RETURNING cannot name the slot,
+// so the caller numbers the rows again in dispatch order.
+const (
+	claimHeadSameSQL = `UPDATE jobs SET status = 1, attempt = attempt + 1, lease_until = ?3, worker = ?4
+	FROM (` + headSQL + `) AS h
+	WHERE jobs.seq = h.hseq AND h.slot < ?5
+	RETURNING ` + jobCols
+	claimHeadSlotsSQL = `WITH s(slot, lease, wkr) AS MATERIALIZED (SELECT key, value ->> 0, value ->> 1 FROM json_each(?3))
+	UPDATE jobs SET status = 1, attempt = attempt + 1, lease_until = s.lease, worker = NULLIF(s.wkr, '')
+	FROM (` + headSQL + `) AS h JOIN s ON s.slot = h.slot
+	WHERE jobs.seq = h.hseq
+	RETURNING ` + jobCols
+)
+
+// claimHead hands out the group's jobs with a claimHead statement, in
+// dispatch order claim after claim. It reports false, doing nothing, when
+// the group asks for one job or for more than a page holds.
+func claimHead(ctx context.Context, tx *wtx, p *store.JobClaimManyParams, queue string, out [][]store.Job) (bool, error) {
+	var owner []int // slot → claim
+	same := true
+	for ci, c := range p.Claims {
+		for range max(c.Max, 0) {
+			owner = append(owner, ci)
+		}
+		first := &p.Claims[0]
+		same = same && c.LeaseUntil.Equal(first.LeaseUntil) && c.Worker == first.Worker
+	}
+	size := slices.IndexFunc(pageSizes[:], func(n int) bool { return n >= len(owner) })
+	if size < 0 || len(owner) == 1 {
+		// One job: a page read and claimOneSQL cost less than the
+		// numbering of a head of one.
+		return false, nil
+	}
+	if len(owner) == 0 {
+		return true, nil
+	}
+	var (
+		rows *sql.Rows
+		err  error
+	)
+	if c := &p.Claims[0]; same {
+		rows, err = tx.QueryContext(ctx, fmt.Sprintf(claimHeadSameSQL, pageSizes[size]),
+			p.Namespace, queue, nanos(c.LeaseUntil), nullString(c.Worker), len(owner))
+	} else {
+		arg := make([]byte, 0, 16+len(owner)*32)
+		arg = append(arg, '[')
+		for k, ci := range owner {
+			if k > 0 {
+				arg = append(arg, ',')
+			}
+			c := &p.Claims[ci]
+			arg = append(arg, '[')
+			arg = strconv.AppendInt(arg, nanos(c.LeaseUntil), 10)
+			arg = append(arg, ',')
+			arg = appendJSONString(arg, c.Worker)
+			arg = append(arg, ']')
+		}
+		arg = append(arg, ']')
+		rows, err = tx.QueryContext(ctx, fmt.Sprintf(claimHeadSlotsSQL, pageSizes[size]), p.Namespace, queue, string(arg))
+	}
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	var jobs []store.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return false, err
+		}
+		jobs = append(jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return false, err
+	}
+	if len(jobs) > len(owner) {
+		return false, fmt.Errorf("claim: %d jobs for %d slots", len(jobs), len(owner))
+	}
+	slices.SortFunc(jobs, func(a, b store.Job) int {
+		switch {
+		case a.Priority != b.Priority:
+			return cmp.Compare(b.Priority, a.Priority)
+		case !a.RunAt.Equal(b.RunAt):
+			return a.RunAt.Compare(b.RunAt)
+		}
+		return cmp.Compare(a.Seq, b.Seq)
+	})
+	for k, j := range jobs {
+		out[owner[k]] = append(out[owner[k]], j)
+	}
+	return true, nil
+}
+
 // JobClaimMany hands out due jobs for each claim in one transaction.
 func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([][]store.Job, error) {
 	return s.jobClaimMany(ctx, s.tx, p)
@@ -578,6 +693,22 @@ func (s *Store) jobClaimMany(ctx context.Context, run txRunner, p store.JobClaim
 		for _, c := range p.Claims {
 			remaining += c.Max
 		}
+		if q, ok := p.OneQueueUngated(); ok && len(p.ExcludeTasks) == 0 {
+			if err := step(); err != nil {
+				return err
+			}
+			if !p.NoPromote {
+				if _, err := tx.ExecContext(ctx, promoteSQL, p.Namespace, q, nowRunAt); err != nil {
+					return err
+				}
+			}
+			if err := step(); err != nil {
+				return err
+			}
+			if done, err := claimHead(ctx, tx, &p, q, out); done || err != nil {
+				return err
+			}
+		}
 		cursors := map[string]*cursor{}
 		type pick struct {
 			seq   int64
@@ -597,8 +728,7 @@ func (s *Store) jobClaimMany(ctx context.Context, run txRunner, p store.JobClaim
 				c, ok := cursors[q]
 				if !ok && !p.NoPromote {
 					// Due scheduled jobs become available before the scan.
-					if _, err := tx.ExecContext(ctx, `UPDATE jobs SET status = 0
-						WHERE namespace = ? AND queue = ? AND status = 4 AND run_at <= ?`, p.Namespace, q, nowRunAt); err != nil {
+					if _, err := tx.ExecContext(ctx, promoteSQL, p.Namespace, q, nowRunAt); err != nil {
 						return err
 					}
 				}

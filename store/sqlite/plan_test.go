@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -80,4 +81,33 @@ func explain(t *testing.T, s *Store, query string, args []any) string {
 		t.Fatal(err)
 	}
 	return strings.Join(plan, "\n")
+}
+
+// TestClaimHeadPlan checks that the one-statement claim walks the head of
+// the queue's claim index and finds each job it marks by its key: a scan
+// of jobs would read the namespace's history for every claim.
+func TestClaimHeadPlan(t *testing.T) {
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "flexiq.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, c := range []struct {
+		name, query string
+		args        []any
+	}{
+		{"one lease and worker", claimHeadSameSQL, []any{"acme", "q", 1, "w", 32}},
+		{"a lease and worker a slot", claimHeadSlotsSQL, []any{"acme", "q", `[[1,"w"]]`}},
+	} {
+		plan := explain(t, s, fmt.Sprintf(c.query, 32), c.args)
+		if !strings.Contains(plan, "INDEX jobs_claim ") || !strings.Contains(plan, "INTEGER PRIMARY KEY (rowid=?)") {
+			t.Errorf("%s: plan does not walk jobs_claim and look jobs up by key:\n%s", c.name, plan)
+		}
+		for _, line := range strings.Split(plan, "\n") {
+			if strings.HasPrefix(line, "SCAN jobs") || strings.HasPrefix(line, "SCAN s VIRTUAL TABLE") {
+				t.Errorf("%s: plan scans jobs, or reads the slots' JSON for each job:\n%s", c.name, plan)
+			}
+		}
+		t.Logf("%s:\n%s", c.name, plan)
+	}
 }

@@ -153,6 +153,82 @@ func exerciseClaim(t *testing.T, newStore Factory) {
 		}
 	})
 
+	// A group whose claims all name one queue, with no gate to ask, may be
+	// handed out by a path of its own (the PostgreSQL backend's one
+	// statement): it must give what the gated scan gives, claim by claim.
+	t.Run("OneQueueGroupWithoutAllowMatchesTheScan", func(t *testing.T) {
+		fixture := func(t *testing.T, s store.Store) {
+			orderFixture(t, s)
+			mustEnqueue(t, s, nsA, at(-time.Hour),
+				with(newJob("q2-late"), func(j *store.NewJob) { j.Queue = "q2"; j.Priority = 5; j.RunAt = at(-time.Second); j.Task = "skip" }),
+				with(newJob("q2-due-later"), func(j *store.NewJob) { j.Queue = "q2"; j.RunAt = at(time.Second) }),
+				with(newJob("q2-top"), func(j *store.NewJob) { j.Queue = "q2"; j.Priority = 50; j.RunAt = at(-time.Minute) }),
+			)
+			claimJob(t, s, nsA, base, "q2-top", "q2") // running: never handed out again
+		}
+		for _, exclude := range [][]string{nil, {"skip"}} {
+			specs := func() []store.ClaimSpec {
+				return []store.ClaimSpec{
+					{Queues: []string{"q2"}, Max: 2, LeaseUntil: at(time.Minute), Worker: "w1"},
+					{Queues: []string{"q2"}, Max: 0, LeaseUntil: at(2 * time.Minute), Worker: "w2"},
+					{Queues: []string{"q2"}, Max: 1, LeaseUntil: at(3 * time.Minute)},
+					{Queues: []string{"q2"}, Max: 10, LeaseUntil: at(4 * time.Minute), Worker: "w4"},
+				}
+			}
+			// Once at base (q2-due-later not yet due), once later (due).
+			for _, now := range []time.Time{base, at(time.Second)} {
+				gated, plain := newStore(t, nil), newStore(t, nil)
+				fixture(t, gated)
+				fixture(t, plain)
+				want := claim(t, gated, store.JobClaimManyParams{Namespace: nsA, Now: now, Claims: specs(), ExcludeTasks: exclude,
+					Allow: func(string, string) store.ClaimVerdict { return store.ClaimTake }})
+				got := claim(t, plain, store.JobClaimManyParams{Namespace: nsA, Now: now, Claims: specs(), ExcludeTasks: exclude})
+				handed := 0
+				for i := range want {
+					handed += len(want[i])
+					if fmt.Sprint(ids(got[i])) != fmt.Sprint(ids(want[i])) {
+						t.Errorf("exclude %v, now %v: claim %d got %v, the gated scan %v", exclude, now, i, ids(got[i]), ids(want[i]))
+						continue
+					}
+					for k := range want[i] {
+						g, w := got[i][k], want[i][k]
+						if g.Worker != w.Worker || !g.LeaseUntil.Equal(w.LeaseUntil) || g.Attempt != w.Attempt || g.Status != api.StatusRunning {
+							t.Errorf("claim %d job %s: worker %q lease %v attempt %d status %s; the gated scan: %q %v %d %s",
+								i, g.ID, g.Worker, g.LeaseUntil, g.Attempt, g.Status, w.Worker, w.LeaseUntil, w.Attempt, w.Status)
+						}
+						wantJob(t, "stored as returned", getJob(t, plain, nsA, g.ID), g)
+					}
+				}
+				if handed == 0 {
+					t.Fatalf("exclude %v, now %v: nothing handed out; the fixture is wrong", exclude, now)
+				}
+				wantIDs(t, "still pending", list(t, plain, store.JobListParams{Namespace: nsA, Status: api.StatusPending}),
+					ids(list(t, gated, store.JobListParams{Namespace: nsA, Status: api.StatusPending}))...)
+			}
+		}
+	})
+
+	t.Run("OneQueueGroupTakesNoMoreThanItsMax", func(t *testing.T) {
+		for _, specs := range [][]store.ClaimSpec{
+			{{Queues: []string{"q"}, Max: 3, LeaseUntil: at(time.Minute), Worker: "w"}},
+			{{Queues: []string{"q"}, Max: 2, LeaseUntil: at(time.Minute), Worker: "w1"}, {Queues: []string{"q"}, Max: 1, LeaseUntil: at(2 * time.Minute)}},
+		} {
+			s := newStore(t, nil)
+			var jobs []store.NewJob
+			for i := range 40 {
+				jobs = append(jobs, with(newJob(fmt.Sprintf("j%02d", i)), func(j *store.NewJob) { j.Priority = int64(i % 3) }))
+			}
+			mustEnqueue(t, s, nsA, at(-time.Hour), jobs...)
+			res := claim(t, s, store.JobClaimManyParams{Namespace: nsA, Now: base, Claims: specs})
+			var got []store.Job
+			for _, r := range res {
+				got = append(got, r...)
+			}
+			wantIDs(t, fmt.Sprintf("%d claims", len(specs)), got, "j02", "j05", "j08")
+			wantCounts(t, s, nsA, store.Counts{Pending: 37, Running: 3})
+		}
+	})
+
 	// takeCounter wraps a gate so the test knows how many jobs it took:
 	// every taken job must be handed out ("it must count what it takes").
 	type takeCounter struct {
