@@ -531,6 +531,14 @@ func TestClaimConflictAcrossStores(t *testing.T) {
 // promotion script moves, and claims them in dispatch order.
 func TestPromotionInChunks(t *testing.T) {
 	url := testserver.Redis(t)
+	// Gated, the claim promotes in scriptPromote; ungated, in the one
+	// script that hands out the head of the queue.
+	for _, gated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gated=%t", gated), func(t *testing.T) { promotionInChunks(t, url, gated) })
+	}
+}
+
+func promotionInChunks(t *testing.T, url string, gated bool) {
 	s := openTest(t, url)
 	base := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	const n = 2*promoteChunk + 17
@@ -547,8 +555,12 @@ func TestPromotionInChunks(t *testing.T) {
 		t.Fatalf("JobNextRunAt = %v %t %v, want %v", next, ok, err, base.Add(time.Millisecond))
 	}
 	now := base.Add(time.Hour)
-	res, err := s.JobClaimMany(t.Context(), store.JobClaimManyParams{Namespace: "ns", Now: now,
-		Claims: []store.ClaimSpec{{Queues: []string{"q"}, Max: 5, LeaseUntil: now.Add(time.Minute)}}})
+	p := store.JobClaimManyParams{Namespace: "ns", Now: now,
+		Claims: []store.ClaimSpec{{Queues: []string{"q"}, Max: 5, LeaseUntil: now.Add(time.Minute)}}}
+	if gated {
+		p.Allow = func(string, string) store.ClaimVerdict { return store.ClaimTake }
+	}
+	res, err := s.JobClaimMany(t.Context(), p)
 	if err != nil {
 		t.Fatal(err)
 	}

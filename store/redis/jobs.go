@@ -167,6 +167,13 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 	step := 0
 	fault := func() error { step++; return s.fault(op, step) }
 	E := enc(p.Namespace)
+	if q, ok := p.OneQueueUngated(); ok && len(p.ExcludeTasks) == 0 {
+		if err := fault(); err != nil {
+			return nil, err
+		}
+		out, err := s.claimHead(ctx, E, &p, q)
+		return out, wrap(op, err)
+	}
 	page := min(2*total+16, 1000)
 	for attempt := 0; attempt < maxClaimAttempts; attempt++ {
 		var cursors map[string]*cursor
@@ -227,6 +234,45 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 		return out, nil
 	}
 	return nil, wrap(op, fmt.Errorf("gave up after %d attempts: the queues keep changing under the claim", maxClaimAttempts))
+}
+
+// claimHead hands out a group OneQueueUngated allows with scriptClaimHead:
+// one script, which takes claim after claim the queue's next jobs.
+func (s *Store) claimHead(ctx context.Context, E string, p *store.JobClaimManyParams, queue string) ([][]store.Job, error) {
+	chunk := 0
+	if !p.NoPromote {
+		chunk = promoteChunk
+	}
+	args := make([]any, 0, 5+4*len(p.Claims))
+	args = append(args, E, usStr(p.Now), strconv.Itoa(chunk), queue, strconv.Itoa(len(p.Claims)))
+	for _, c := range p.Claims {
+		args = append(args, strconv.Itoa(max(c.Max, 0)), nsStr(c.LeaseUntil), usStr(c.LeaseUntil), c.Worker)
+	}
+	for {
+		v, err := s.runFenced(ctx, scriptClaimHead, p.Fence, args...)
+		if err != nil {
+			return nil, err
+		}
+		a, err := toSlice(v)
+		if err != nil || len(a) == 0 {
+			return nil, fmt.Errorf("bad reply: %v", err)
+		}
+		if head, _ := toString(a[0]); head == "more" {
+			continue // another chunk of due scheduled jobs to make available
+		}
+		jobs, err := jobsFrom(a[1:])
+		if err != nil {
+			return nil, err
+		}
+		out := make([][]store.Job, len(p.Claims))
+		for i, c := range p.Claims {
+			n := min(max(c.Max, 0), len(jobs))
+			if n > 0 {
+				out[i], jobs = jobs[:n:n], jobs[n:]
+			}
+		}
+		return out, nil
+	}
 }
 
 // claimHeads makes the queues' due scheduled jobs available (when

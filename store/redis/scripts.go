@@ -90,6 +90,40 @@ local function delFinished(E, id, seq, st, q)
 	redis.call('ZREM', kRt(E, q), m)
 end
 
+-- promote makes at most chunk due scheduled jobs of queue q available;
+-- it returns true when there may be more.
+local function promote(E, q, nowUs, chunk)
+	local sk, ak = kSc(E, q), kAv(E, q)
+	local ids = redis.call('ZRANGEBYSCORE', sk, '-inf', nowUs, 'LIMIT', 0, chunk)
+	for _, id in ipairs(ids) do
+		redis.call('ZADD', ak, 0, redis.call('HGET', kJob(E, id), 'am'))
+	end
+	if #ids > 0 then
+		redis.call('ZREM', sk, unpack(ids))
+		redis.call('ZREM', kScn(E), unpack(ids))
+	end
+	return #ids == chunk
+end
+
+-- claimJob marks the available job id (order member am of queue q)
+-- running under the lease and worker, and returns its hash.
+local function claimJob(E, id, q, am, leaseNs, leaseUs, worker)
+	local jk = kJob(E, id)
+	local seq, dk = unpack(redis.call('HMGET', jk, 'seq', 'debounce_key'))
+	redis.call('ZREM', kAv(E, q), am)
+	redis.call('HINCRBY', jk, 'attempt', 1)
+	redis.call('HSET', jk, 'status', 'running', 'lease_until', leaseNs)
+	if worker ~= '' then
+		redis.call('HSET', jk, 'worker', worker)
+	else
+		redis.call('HDEL', jk, 'worker')
+	end
+	move(E, id, seq, 'pending', 'running')
+	redis.call('ZADD', kRun(E), leaseUs, id)
+	release(E, id, nil, dk)
+	return redis.call('HGETALL', jk)
+end
+
 -- delJob removes a job and every index entry it has.
 local function delJob(E, id)
 	local jk = kJob(E, id)
@@ -261,19 +295,8 @@ local E, nowUs, chunk, page = ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV
 local out = {0}
 for i = 8, #ARGV do
 	local q = ARGV[i]
-	local sk, ak = kSc(E, q), kAv(E, q)
-	if chunk > 0 then
-		local ids = redis.call('ZRANGEBYSCORE', sk, '-inf', nowUs, 'LIMIT', 0, chunk)
-		for _, id in ipairs(ids) do
-			redis.call('ZADD', ak, 0, redis.call('HGET', kJob(E, id), 'am'))
-		end
-		if #ids > 0 then
-			redis.call('ZREM', sk, unpack(ids))
-			redis.call('ZREM', kScn(E), unpack(ids))
-		end
-		if #ids == chunk then out[1] = 1 end
-	end
-	out[#out + 1] = redis.call('ZRANGE', ak, '-', '+', 'BYLEX', 'LIMIT', 0, page)
+	if chunk > 0 and promote(E, q, nowUs, chunk) then out[1] = 1 end
+	out[#out + 1] = redis.call('ZRANGE', kAv(E, q), '-', '+', 'BYLEX', 'LIMIT', 0, page)
 end
 return out
 `)
@@ -298,22 +321,42 @@ for c = 0, nc - 1 do
 	local cb = 6 + c * 4
 	local n, leaseNs, leaseUs, worker = tonumber(ARGV[cb]), ARGV[cb + 1], ARGV[cb + 2], ARGV[cb + 3]
 	for _ = 1, n do
-		local id, q, am = ARGV[b], ARGV[b + 1], ARGV[b + 2]
+		out[#out + 1] = claimJob(E, ARGV[b], ARGV[b + 1], ARGV[b + 2], leaseNs, leaseUs, worker)
 		b = b + 3
-		local jk = kJob(E, id)
-		local seq, dk = unpack(redis.call('HMGET', jk, 'seq', 'debounce_key'))
-		redis.call('ZREM', kAv(E, q), am)
-		redis.call('HINCRBY', jk, 'attempt', 1)
-		redis.call('HSET', jk, 'status', 'running', 'lease_until', leaseNs)
-		if worker ~= '' then
-			redis.call('HSET', jk, 'worker', worker)
-		else
-			redis.call('HDEL', jk, 'worker')
-		end
-		move(E, id, seq, 'pending', 'running')
-		redis.call('ZADD', kRun(E), leaseUs, id)
-		release(E, id, nil, dk)
-		out[#out + 1] = redis.call('HGETALL', jk)
+	end
+end
+return out
+`)
+
+// scriptClaimHead hands out the head of one queue, for a group
+// OneQueueUngated allows: it makes the queue's due scheduled jobs
+// available (at most chunk, 0: none is due), then gives claim after claim
+// the next available jobs in dispatch order, each up to its number.
+// KEYS: the fence's lease, if any. ARGV: P, fence holder, fence epoch (see
+// checkFence), E, now (µs), chunk, queue, number of claims, then per
+// claim: jobs, lease (ns), lease (µs), worker.
+// Returns {'more'} when promotion stopped at chunk (call again), else
+// {'ok', job fields…}, the jobs in the order the claims took them.
+var scriptClaimHead = newScript(`
+local fenced = checkFence()
+if fenced then return fenced end
+local E, nowUs, chunk, q, nc = ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8])
+if chunk > 0 and promote(E, q, nowUs, chunk) then return {'more'} end
+local total = 0
+for c = 0, nc - 1 do total = total + tonumber(ARGV[9 + c * 4]) end
+local head = redis.call('ZRANGE', kAv(E, q), '-', '+', 'BYLEX', 'LIMIT', 0, total)
+local out = {'ok'}
+local k = 1
+for c = 0, nc - 1 do
+	local cb = 9 + c * 4
+	local n, leaseNs, leaseUs, worker = tonumber(ARGV[cb]), ARGV[cb + 1], ARGV[cb + 2], ARGV[cb + 3]
+	for _ = 1, n do
+		local am = head[k]
+		if not am then return out end
+		k = k + 1
+		-- The member ends with the task's length (4 hex), the task, the id.
+		local id = string.sub(am, 53 + tonumber(string.sub(am, 49, 52), 16))
+		out[#out + 1] = claimJob(E, id, q, am, leaseNs, leaseUs, worker)
 	end
 end
 return out
