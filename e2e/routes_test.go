@@ -22,7 +22,7 @@ func nodeLog(m *member) string {
 // exists could be lost), then takes its share and names the member it
 // cannot reach. A node started later with routes joins once they are up;
 // the route it brings lets the first two find each other, which the node
-// that waited logs. At --log-level debug the embedded server's own reports
+// that waited logs, and so does its dashboard. At --log-level debug the embedded server's own reports
 // (routes formed) are in the log, and no secret is.
 func TestClusterNodeTakesNamespacesOnceItsRoutesAreUp(t *testing.T) {
 	eachSharedBackend(t, func(t *testing.T) {
@@ -73,6 +73,13 @@ func TestClusterNodeTakesNamespacesOnceItsRoutesAreUp(t *testing.T) {
 			!strings.Contains(stdout.String(), "no route from n2 to: n1") {
 			t.Fatalf("fq cluster status on n2: exit %d, stdout %q, stderr %q; want it to name n1 as unreachable", code, stdout.String(), stderr.String())
 		}
+		// The dashboard's cluster view names n1 as well.
+		tab := browser(t)
+		signIn(t, tab, &uiNode{t: t, base: "http://" + n2.admin}, clusterRoot)
+		show(t, tab, "root")
+		until(t, tab, "n1 shown without a route", `document.getElementById('cluster-summary').textContent.includes('no route to n1') &&
+			document.querySelector('#members tr[data-node="n1"]')?.classList.contains('unreachable') &&
+			!document.querySelector('#members tr[data-node="n2"]')?.classList.contains('unreachable')`)
 		if out := nodeLog(n1); strings.Contains(out, "placement anyway") || !strings.Contains(out, "unreachable=n2") {
 			t.Fatalf("n1, alone when it started, waited for routes, or did not log that it cannot reach n2:\n%s", out)
 		}
@@ -88,6 +95,8 @@ func TestClusterNodeTakesNamespacesOnceItsRoutesAreUp(t *testing.T) {
 		if st, err := c.status(n2); err != nil || len(st.Unreachable) != 0 {
 			t.Fatalf("n2's GET /v1/cluster once its routes are up: unreachable %v (%v), want none", st.Unreachable, err)
 		}
+		until(t, tab, "the dashboard's cluster view with every route up", `document.getElementById('cluster-summary').textContent.includes('3 members') &&
+			!document.getElementById('cluster-summary').textContent.includes('no route') && !document.querySelector('#members tr.unreachable')`)
 		out := nodeLog(n3)
 		if !strings.Contains(out, "routes to every live member are up: taking part in placement") {
 			t.Fatalf("n3's log does not say it joined on its routes:\n%s", out)

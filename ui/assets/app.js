@@ -681,12 +681,19 @@ function renderRanking(r) {
 }
 
 function renderCluster(c) {
-  $('cluster-summary').textContent = `this node ${c.node} · maintenance leader ${c.leader || 'none'} · ${c.members.length} member${c.members.length === 1 ? '' : 's'}`;
+  // Members this node has no route to on the bus: a call it forwards
+  // there is lost (see docs/cluster.md).
+  const unreachable = c.unreachable || [];
+  let summary = `this node ${c.node} · maintenance leader ${c.leader || 'none'} · ${c.members.length} member${c.members.length === 1 ? '' : 's'}`;
+  if (unreachable.length) summary += ` · no route to ${unreachable.join(', ')}`;
+  $('cluster-summary').textContent = summary;
+  $('cluster-summary').className = unreachable.length ? 'alarmtext' : '';
   const body = $('members').tBodies[0];
   clear(body);
   for (const m of c.members) {
-    body.append(el('tr', {'data-node': m.id},
-      el('td', {'class': 'mono', text: m.id + (m.id === c.leader ? ' (leader)' : '')}),
+    const lost = unreachable.includes(m.id);
+    body.append(el('tr', {'data-node': m.id, 'class': lost ? 'unreachable' : ''},
+      el('td', {'class': lost ? 'mono alarmtext' : 'mono', text: m.id + (m.id === c.leader ? ' (leader)' : '') + (lost ? ' · no route' : '')}),
       el('td', {text: m.ready ? 'yes' : 'no'}),
       el('td', {text: fmtNum(m.owned)}),
       el('td', {text: fmtNum(m.partitions)}),
