@@ -591,10 +591,24 @@ const (
 	RETURNING ` + jobCols
 )
 
-// claimHead hands out the group's jobs with a claimHead statement, in
-// dispatch order claim after claim. It reports false, doing nothing, when
-// the group asks for one job or for more than a page holds.
-func claimHead(ctx context.Context, tx *wtx, p *store.JobClaimManyParams, queue string, out [][]store.Job) (bool, error) {
+// headQueue returns the queue of a group claimHead hands out: one
+// OneQueueUngated allows, of more than one job (for one, a page read and
+// claimOneSQL cost less than numbering a head of one) and at most a page.
+func headQueue(p *store.JobClaimManyParams) (string, bool) {
+	q, ok := p.OneQueueUngated()
+	if !ok || len(p.ExcludeTasks) > 0 {
+		return "", false
+	}
+	n := 0
+	for _, c := range p.Claims {
+		n += max(c.Max, 0)
+	}
+	return q, n > 1 && n <= pageSizes[len(pageSizes)-1]
+}
+
+// claimHead hands out the group's jobs (headQueue says it may) with a
+// claimHead statement, in dispatch order claim after claim.
+func claimHead(ctx context.Context, tx *wtx, p *store.JobClaimManyParams, queue string, out [][]store.Job) error {
 	var owner []int // slot → claim
 	same := true
 	for ci, c := range p.Claims {
@@ -605,14 +619,6 @@ func claimHead(ctx context.Context, tx *wtx, p *store.JobClaimManyParams, queue 
 		same = same && c.LeaseUntil.Equal(first.LeaseUntil) && c.Worker == first.Worker
 	}
 	size := slices.IndexFunc(pageSizes[:], func(n int) bool { return n >= len(owner) })
-	if size < 0 || len(owner) == 1 {
-		// One job: a page read and claimOneSQL cost less than the
-		// numbering of a head of one.
-		return false, nil
-	}
-	if len(owner) == 0 {
-		return true, nil
-	}
 	var (
 		rows *sql.Rows
 		err  error
@@ -638,22 +644,22 @@ func claimHead(ctx context.Context, tx *wtx, p *store.JobClaimManyParams, queue 
 		rows, err = tx.QueryContext(ctx, fmt.Sprintf(claimHeadSlotsSQL, pageSizes[size]), p.Namespace, queue, string(arg))
 	}
 	if err != nil {
-		return false, err
+		return err
 	}
 	defer rows.Close()
 	var jobs []store.Job
 	for rows.Next() {
 		j, err := scanJob(rows)
 		if err != nil {
-			return false, err
+			return err
 		}
 		jobs = append(jobs, j)
 	}
 	if err := rows.Err(); err != nil {
-		return false, err
+		return err
 	}
 	if len(jobs) > len(owner) {
-		return false, fmt.Errorf("claim: %d jobs for %d slots", len(jobs), len(owner))
+		return fmt.Errorf("claim: %d jobs for %d slots", len(jobs), len(owner))
 	}
 	slices.SortFunc(jobs, func(a, b store.Job) int {
 		switch {
@@ -667,7 +673,7 @@ func claimHead(ctx context.Context, tx *wtx, p *store.JobClaimManyParams, queue 
 	for k, j := range jobs {
 		out[owner[k]] = append(out[owner[k]], j)
 	}
-	return true, nil
+	return nil
 }
 
 // JobClaimMany hands out due jobs for each claim in one transaction.
@@ -693,7 +699,7 @@ func (s *Store) jobClaimMany(ctx context.Context, run txRunner, p store.JobClaim
 		for _, c := range p.Claims {
 			remaining += c.Max
 		}
-		if q, ok := p.OneQueueUngated(); ok && len(p.ExcludeTasks) == 0 {
+		if q, ok := headQueue(&p); ok {
 			if err := step(); err != nil {
 				return err
 			}
@@ -705,9 +711,7 @@ func (s *Store) jobClaimMany(ctx context.Context, run txRunner, p store.JobClaim
 			if err := step(); err != nil {
 				return err
 			}
-			if done, err := claimHead(ctx, tx, &p, q, out); done || err != nil {
-				return err
-			}
+			return claimHead(ctx, tx, &p, q, out)
 		}
 		cursors := map[string]*cursor{}
 		type pick struct {
