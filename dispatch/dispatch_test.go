@@ -157,18 +157,29 @@ func TestFullTasks(t *testing.T) {
 	}
 }
 
+var (
+	rapidQueues = []string{"q1", "q2", "q3"}
+	rapidTasks  = []string{"t1", "t2", "t3"}
+)
+
+// drawLimits draws caps on rapidQueues and rapidTasks: max_running up to
+// maxRunning (or none), each cap up to maxCap.
+func drawLimits(t *rapid.T, maxRunning, maxCap int64) Limits {
+	var l Limits
+	if rapid.Bool().Draw(t, "namespace capped") {
+		l.MaxRunning = i64(rapid.Int64Range(0, maxRunning).Draw(t, "max_running"))
+	}
+	l.Queue = rapid.MapOf(rapid.SampledFrom(rapidQueues), rapid.Int64Range(0, maxCap)).Draw(t, "queue caps")
+	l.Task = rapid.MapOf(rapid.SampledFrom(rapidTasks), rapid.Int64Range(0, maxCap)).Draw(t, "task caps")
+	return l
+}
+
 // TestCapsHold drives Allow and Add with random starts and finishes and
 // checks that no cap is ever exceeded and that Counts matches a recount.
 func TestCapsHold(t *testing.T) {
-	queues := []string{"q1", "q2", "q3"}
-	tasks := []string{"t1", "t2", "t3"}
+	queues, tasks := rapidQueues, rapidTasks
 	rapid.Check(t, func(t *rapid.T) {
-		var l Limits
-		if rapid.Bool().Draw(t, "namespace capped") {
-			l.MaxRunning = i64(rapid.Int64Range(0, 6).Draw(t, "max_running"))
-		}
-		l.Queue = rapid.MapOf(rapid.SampledFrom(queues), rapid.Int64Range(0, 4)).Draw(t, "queue caps")
-		l.Task = rapid.MapOf(rapid.SampledFrom(tasks), rapid.Int64Range(0, 4)).Draw(t, "task caps")
+		l := drawLimits(t, 6, 4)
 
 		var c Counts
 		type job struct{ queue, task string }
@@ -217,15 +228,9 @@ func TestCapsHold(t *testing.T) {
 // cannot meet a cap, Allow takes every one of any n such jobs; and that it
 // says so whenever there are no caps at all.
 func TestBindsIsSound(t *testing.T) {
-	queues := []string{"q1", "q2", "q3"}
-	tasks := []string{"t1", "t2", "t3"}
+	queues, tasks := rapidQueues, rapidTasks
 	rapid.Check(t, func(t *rapid.T) {
-		var l Limits
-		if rapid.Bool().Draw(t, "namespace capped") {
-			l.MaxRunning = i64(rapid.Int64Range(0, 12).Draw(t, "max_running"))
-		}
-		l.Queue = rapid.MapOf(rapid.SampledFrom(queues), rapid.Int64Range(0, 8)).Draw(t, "queue caps")
-		l.Task = rapid.MapOf(rapid.SampledFrom(tasks), rapid.Int64Range(0, 8)).Draw(t, "task caps")
+		l := drawLimits(t, 12, 8)
 		var c Counts
 		for range rapid.IntRange(0, 6).Draw(t, "running") {
 			c.Add(rapid.SampledFrom(queues).Draw(t, "queue"), rapid.SampledFrom(tasks).Draw(t, "task"), 1)

@@ -495,6 +495,13 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// appendLease appends a claim's lease (ns) and worker as two JSON array
+// elements.
+func appendLease(b []byte, c *store.ClaimSpec) []byte {
+	b = append(strconv.AppendInt(b, nanos(c.LeaseUntil), 10), ',')
+	return appendJSONString(b, c.Worker)
+}
+
 // pageSizes are the page sizes a group may read, each its own statement:
 // the smallest that holds what the group still wants, plus an eighth for
 // jobs the gate holds back. Every row read beyond what is taken is wasted
@@ -633,12 +640,7 @@ func claimHead(ctx context.Context, tx *wtx, p *store.JobClaimManyParams, queue 
 			if k > 0 {
 				arg = append(arg, ',')
 			}
-			c := &p.Claims[ci]
-			arg = append(arg, '[')
-			arg = strconv.AppendInt(arg, nanos(c.LeaseUntil), 10)
-			arg = append(arg, ',')
-			arg = appendJSONString(arg, c.Worker)
-			arg = append(arg, ']')
+			arg = append(appendLease(append(arg, '['), &p.Claims[ci]), ']')
 		}
 		arg = append(arg, ']')
 		rows, err = tx.QueryContext(ctx, fmt.Sprintf(claimHeadSlotsSQL, pageSizes[size]), p.Namespace, queue, string(arg))
@@ -818,14 +820,8 @@ func (s *Store) jobClaimMany(ctx context.Context, run txRunner, p store.JobClaim
 			if i > 0 {
 				arg = append(arg, ',')
 			}
-			claim := &p.Claims[pk.claim]
-			arg = append(arg, '[')
-			arg = strconv.AppendInt(arg, pk.seq, 10)
-			arg = append(arg, ',')
-			arg = strconv.AppendInt(arg, nanos(claim.LeaseUntil), 10)
-			arg = append(arg, ',')
-			arg = appendJSONString(arg, claim.Worker)
-			arg = append(arg, ']')
+			arg = append(strconv.AppendInt(append(arg, '['), pk.seq, 10), ',')
+			arg = append(appendLease(arg, &p.Claims[pk.claim]), ']')
 		}
 		arg = append(arg, ']')
 		rows, err := tx.QueryContext(ctx, claimSQL, string(arg))
