@@ -227,6 +227,22 @@ func exerciseClaim(t *testing.T, newStore Factory) {
 			wantIDs(t, fmt.Sprintf("%d claims", len(specs)), got, "j02", "j05", "j08")
 			wantCounts(t, s, nsA, store.Counts{Pending: 37, Running: 3})
 		}
+		// More than a backend may number in one page (SQLite: 512): the
+		// scan takes over, with the same result.
+		s := newStore(t, nil)
+		var jobs []store.NewJob
+		for i := range 700 {
+			jobs = append(jobs, newJob(fmt.Sprintf("k%03d", i)))
+		}
+		mustEnqueue(t, s, nsA, at(-time.Hour), jobs...)
+		res := claim(t, s, store.JobClaimManyParams{Namespace: nsA, Now: base, Claims: []store.ClaimSpec{
+			{Queues: []string{"q"}, Max: 300, LeaseUntil: at(time.Minute)},
+			{Queues: []string{"q"}, Max: 300, LeaseUntil: at(time.Minute)},
+		}})
+		if len(res[0]) != 300 || len(res[1]) != 300 || res[0][0].ID != "k000" || res[1][0].ID != "k300" || res[1][299].ID != "k599" {
+			t.Fatalf("two claims of 300 from 700 jobs: got %d and %d jobs", len(res[0]), len(res[1]))
+		}
+		wantCounts(t, s, nsA, store.Counts{Pending: 100, Running: 600})
 	})
 
 	// takeCounter wraps a gate so the test knows how many jobs it took:
