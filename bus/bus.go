@@ -54,6 +54,10 @@ type EmbeddedOptions struct {
 	// connection errors) at debug level, attribute component=nats; nil
 	// drops them.
 	Log *slog.Logger
+	// Hide are secrets hidden from those reports besides the cluster
+	// secret and FlexiQ-shaped tokens: the root token, which an operator
+	// may have chosen in any shape.
+	Hide []string
 }
 
 // MaxPayload is the embedded server's message limit: a job's payload may be
@@ -128,7 +132,7 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
 	o.Auth.attach(s)
-	fatal := &serverLog{failed: make(chan struct{}), log: o.Log, secret: o.ClusterSecret}
+	fatal := &serverLog{failed: make(chan struct{}), log: o.Log, secrets: append([]string{o.ClusterSecret}, o.Hide...)}
 	// The server formats its debug reports only when asked to; its traces
 	// (every protocol line) are never turned on.
 	debug := o.Log != nil && o.Log.Enabled(context.Background(), slog.LevelDebug)
@@ -164,8 +168,9 @@ type serverLog struct {
 	msg    string
 	failed chan struct{}
 	log    *slog.Logger
-	// secret is the cluster secret, hidden from every report.
-	secret string
+	// secrets are hidden from every report: the cluster secret and
+	// EmbeddedOptions.Hide.
+	secrets []string
 }
 
 func (l *serverLog) Fatalf(format string, v ...any) {
@@ -185,7 +190,7 @@ func (l *serverLog) report(level, format string, v []any) {
 	}
 	// The server quotes what a client sent as its user name when it
 	// refuses it, and a client may have put its token there by mistake.
-	msg := redact.Text(strings.TrimSpace(fmt.Sprintf(format, v...)), l.secret)
+	msg := redact.Text(strings.TrimSpace(fmt.Sprintf(format, v...)), l.secrets...)
 	l.log.Debug(msg, "component", "nats", "nats_level", level)
 }
 

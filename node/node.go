@@ -216,7 +216,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		n.server, err = bus.StartEmbedded(bus.EmbeddedOptions{
 			Listen: cfg.NATSListen, ServerName: cfg.NodeID, Auth: n.natsAuth,
 			ClusterSecret: n.secret, ClusterListen: cfg.ClusterListen, Routes: cfg.Routes, ClusterName: cfg.ClusterName,
-			TLS: natsTLS, Log: n.log,
+			TLS: natsTLS, Log: n.log, Hide: []string{n.rootToken},
 		})
 		if err != nil {
 			return n, err
