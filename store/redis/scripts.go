@@ -55,50 +55,111 @@ end
 -- rekey is the dispatch-order member am with its run_at part replaced.
 local function rekey(am, rk) return string.sub(am, 1, 16) .. rk .. string.sub(am, 33) end
 
+-- Sorted-set writes can be gathered. A script that writes a group of
+-- jobs (enqueue, claim, update) sets gather: zAdd and zRem then collect
+-- members per key and command, and zFlush sends each key's as one command,
+-- instead of one a job: each call costs a command and a keyspace lookup,
+-- and these scripts make several a job. The script flushes before it reads a
+-- sorted set it may have gathered writes for, before it writes one job a
+-- second time (touch), and before it returns; paths that write one member
+-- of one key twice (a debounce coalescing, a replay) run ungathered.
+-- Scripts that do not set gather write at once.
+local gather, zb, zo, seen = false, {}, {}, {}
+local ZCHUNK = 2002 -- command, key, 1000 score and member pairs: within unpack's reach
+local function zFlush()
+	for _, t in ipairs(zo) do
+		if #t > 2 then redis.call(unpack(t)) end
+	end
+	zb, zo, seen = {}, {}, {}
+end
+local function zPut(cmd, k, a, b)
+	if not gather then
+		if b then return redis.call(cmd, k, a, b) end
+		return redis.call(cmd, k, a)
+	end
+	local byKey = zb[cmd]
+	if not byKey then
+		byKey = {}
+		zb[cmd] = byKey
+	end
+	local t = byKey[k]
+	if not t then
+		t = {cmd, k}
+		byKey[k] = t
+		zo[#zo + 1] = t
+	end
+	t[#t + 1] = a
+	if b then t[#t + 1] = b end
+	if #t >= ZCHUNK then
+		redis.call(unpack(t))
+		for i = #t, 3, -1 do t[i] = nil end
+	end
+end
+local function zAdd(k, score, m) zPut('ZADD', k, score, m) end
+local function zRem(k, m) zPut('ZREM', k, m) end
+-- touch flushes the gathered writes when job id was written before in
+-- this script, so that its writes keep their order.
+local function touch(id)
+	if seen[id] then zFlush() end
+	seen[id] = true
+end
+-- ungathered runs f with every write at once, after the gathered ones.
+local function ungathered(f)
+	local g = gather
+	zFlush()
+	gather = false
+	f()
+	gather = g
+end
+
 -- place puts a pending job in its queue's available or scheduled index.
 local function place(E, q, id, am, due, score)
 	if due == '1' then
-		redis.call('ZADD', kAv(E, q), 0, am)
+		zAdd(kAv(E, q), 0, am)
 	else
-		redis.call('ZADD', kSc(E, q), score, id)
-		redis.call('ZADD', kScn(E), score, id)
+		zAdd(kSc(E, q), score, id)
+		zAdd(kScn(E), score, id)
 	end
 end
 
 local function unplace(E, q, id, am)
-	redis.call('ZREM', kAv(E, q), am)
-	redis.call('ZREM', kSc(E, q), id)
-	redis.call('ZREM', kScn(E), id)
+	zRem(kAv(E, q), am)
+	zRem(kSc(E, q), id)
+	zRem(kScn(E), id)
 end
 
 local function move(E, id, seq, from, to)
-	redis.call('ZREM', kSt(E, from), id)
-	redis.call('ZADD', kSt(E, to), seq, id)
+	zRem(kSt(E, from), id)
+	zAdd(kSt(E, to), seq, id)
 end
 
 local function addFinished(E, id, seq, st, q, finUs, retryable)
 	local m = hex16(seq) .. id
-	redis.call('ZADD', kFin(E, st), finUs, m)
-	redis.call('ZADD', kFinAll(st), finUs, E .. ':' .. id)
-	if retryable then redis.call('ZADD', kRt(E, q), finUs, m) end
+	zAdd(kFin(E, st), finUs, m)
+	zAdd(kFinAll(st), finUs, E .. ':' .. id)
+	if retryable then zAdd(kRt(E, q), finUs, m) end
 end
 
 local function delFinished(E, id, seq, st, q)
 	local m = hex16(seq) .. id
-	redis.call('ZREM', kFin(E, st), m)
-	redis.call('ZREM', kFinAll(st), E .. ':' .. id)
-	redis.call('ZREM', kRt(E, q), m)
+	zRem(kFin(E, st), m)
+	zRem(kFinAll(st), E .. ':' .. id)
+	zRem(kRt(E, q), m)
 end
 
 -- promote makes at most chunk due scheduled jobs of queue q available;
--- it returns true when there may be more.
+-- it returns true when there may be more. It writes at once: a claim
+-- reads the available index next.
 local function promote(E, q, nowUs, chunk)
 	local sk, ak = kSc(E, q), kAv(E, q)
 	local ids = redis.call('ZRANGEBYSCORE', sk, '-inf', nowUs, 'LIMIT', 0, chunk)
-	for _, id in ipairs(ids) do
-		redis.call('ZADD', ak, 0, redis.call('HGET', kJob(E, id), 'am'))
-	end
 	if #ids > 0 then
+		local add = {}
+		for _, id in ipairs(ids) do
+			add[#add + 1] = 0
+			add[#add + 1] = redis.call('HGET', kJob(E, id), 'am')
+		end
+		redis.call('ZADD', ak, unpack(add))
 		redis.call('ZREM', sk, unpack(ids))
 		redis.call('ZREM', kScn(E), unpack(ids))
 	end
@@ -109,17 +170,18 @@ end
 -- running under the lease and worker, and returns its hash.
 local function claimJob(E, id, q, am, leaseNs, leaseUs, worker)
 	local jk = kJob(E, id)
-	local seq, dk = unpack(redis.call('HMGET', jk, 'seq', 'debounce_key'))
-	redis.call('ZREM', kAv(E, q), am)
-	redis.call('HINCRBY', jk, 'attempt', 1)
-	redis.call('HSET', jk, 'status', 'running', 'lease_until', leaseNs)
+	touch(id)
+	local seq, dk, att, w = unpack(redis.call('HMGET', jk, 'seq', 'debounce_key', 'attempt', 'worker'))
+	zRem(kAv(E, q), am)
+	att = int(tonumber(att or '0') + 1)
 	if worker ~= '' then
-		redis.call('HSET', jk, 'worker', worker)
+		redis.call('HSET', jk, 'attempt', att, 'status', 'running', 'lease_until', leaseNs, 'worker', worker)
 	else
-		redis.call('HDEL', jk, 'worker')
+		redis.call('HSET', jk, 'attempt', att, 'status', 'running', 'lease_until', leaseNs)
+		if w then redis.call('HDEL', jk, 'worker') end
 	end
 	move(E, id, seq, 'pending', 'running')
-	redis.call('ZADD', kRun(E), leaseUs, id)
+	zAdd(kRun(E), leaseUs, id)
 	release(E, id, nil, dk)
 	return redis.call('HGETALL', jk)
 end
@@ -169,9 +231,20 @@ if fenced then return fenced end
 local E, ns, now, nowUs, nowRk = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local SHED_META = '{"shed":"quota"}'
 local out = {}
+gather = true
+
+-- New jobs take their seq from one INCRBY for the group, in item order;
+-- an item that writes no job leaves its number unused.
+local nNew = 0
+for b = 9, #ARGV - 14, 15 do
+	if ARGV[b] == 'J' or ARGV[b] == 'S' then nNew = nNew + 1 end
+end
+local nextSeq = 0
+if nNew > 0 then nextSeq = redis.call('INCRBY', P .. 'seq', nNew) - nNew end
 
 local function insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, status)
-	local seq = int(redis.call('INCR', P .. 'seq'))
+	nextSeq = nextSeq + 1
+	local seq = int(nextSeq)
 	local am = pre .. hex16(seq) .. string.format('%04x', #task) .. task .. id
 	local f = {'namespace', ns, 'id', id, 'queue', q, 'task', task, 'priority', prio, 'run_at_us', runAt,
 		'max_attempts', maxAtt, 'attempt', '0', 'status', status, 'created_at', now, 'seq', seq, 'am', am}
@@ -200,18 +273,20 @@ for b = 9, #ARGV - 14, 15 do -- enqueueNF fields an item
 			else
 				if dk ~= '' then holder = redis.call('HGET', kDk(E), dk) end
 				if holder then
-					local hk = kJob(E, holder)
-					local hq, ham = unpack(redis.call('HMGET', hk, 'queue', 'am'))
-					local nam = rekey(ham, string.sub(pre, 17, 32))
-					unplace(E, hq, holder, ham)
-					place(E, hq, holder, nam, due, score)
-					redis.call('HSET', hk, 'run_at_us', runAt, 'am', nam)
-					redis.call('HDEL', hk, 'run_at')
-					if hasPl == '1' then
-						redis.call('HSET', hk, 'payload', pl)
-					else
-						redis.call('HDEL', hk, 'payload')
-					end
+					ungathered(function()
+						local hk = kJob(E, holder)
+						local hq, ham = unpack(redis.call('HMGET', hk, 'queue', 'am'))
+						local nam = rekey(ham, string.sub(pre, 17, 32))
+						unplace(E, hq, holder, ham)
+						place(E, hq, holder, nam, due, score)
+						redis.call('HSET', hk, 'run_at_us', runAt, 'am', nam)
+						redis.call('HDEL', hk, 'run_at')
+						if hasPl == '1' then
+							redis.call('HSET', hk, 'payload', pl)
+						else
+							redis.call('HDEL', hk, 'payload')
+						end
+					end)
 					outcome, rid = 'coalesced', holder
 				else
 					local seq, am, f = insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, 'pending')
@@ -226,7 +301,7 @@ for b = 9, #ARGV - 14, 15 do -- enqueueNF fields an item
 						redis.call('HSET', kDk(E), dk, id)
 					end
 					redis.call('HSET', jk, unpack(f))
-					redis.call('ZADD', kSt(E, 'pending'), seq, id)
+					zAdd(kSt(E, 'pending'), seq, id)
 					place(E, q, id, am, due, score)
 					outcome = 'enqueued'
 				end
@@ -241,43 +316,48 @@ for b = 9, #ARGV - 14, 15 do -- enqueueNF fields an item
 				f[#f + 1] = v
 			end
 			redis.call('HSET', jk, unpack(f))
-			redis.call('ZADD', kSt(E, 'dead'), seq, id)
+			zAdd(kSt(E, 'dead'), seq, id)
 			addFinished(E, id, seq, 'dead', q, nowUs, false)
 		end
 
 	elseif kind == 'R' then
-		local st, jq, seq, am, juk = unpack(redis.call('HMGET', jk, 'status', 'queue', 'seq', 'am', 'unique_key'))
-		if st == 'dead' then
-			local holder = false
-			if juk then holder = redis.call('HGET', kUk(E), juk) end
-			if holder then
-				outcome, rid = 'deduplicated', holder
-			else
-				local nam = rekey(am, nowRk)
-				delFinished(E, id, seq, 'dead', jq)
-				redis.call('HDEL', jk, 'error', 'dead_meta', 'finished_at', 'lease_until', 'worker', 'result',
-					'shed', 'no_retry', 'debounce_key', 'run_at')
-				redis.call('HSET', jk, 'status', 'pending', 'attempt', '0', 'run_at_us', nowUs, 'am', nam)
-				if extra == '1' then redis.call('HINCRBY', jk, 'dead_replays', 1) end
-				move(E, id, seq, 'dead', 'pending')
-				redis.call('ZADD', kAv(E, jq), 0, nam)
-				if juk then redis.call('HSET', kUk(E), juk, id) end
-				outcome = 'enqueued'
+		ungathered(function()
+			local st, jq, seq, am, juk = unpack(redis.call('HMGET', jk, 'status', 'queue', 'seq', 'am', 'unique_key'))
+			if st == 'dead' then
+				local holder = false
+				if juk then holder = redis.call('HGET', kUk(E), juk) end
+				if holder then
+					outcome, rid = 'deduplicated', holder
+				else
+					local nam = rekey(am, nowRk)
+					delFinished(E, id, seq, 'dead', jq)
+					redis.call('HDEL', jk, 'error', 'dead_meta', 'finished_at', 'lease_until', 'worker', 'result',
+						'shed', 'no_retry', 'debounce_key', 'run_at')
+					redis.call('HSET', jk, 'status', 'pending', 'attempt', '0', 'run_at_us', nowUs, 'am', nam)
+					if extra == '1' then redis.call('HINCRBY', jk, 'dead_replays', 1) end
+					move(E, id, seq, 'dead', 'pending')
+					redis.call('ZADD', kAv(E, jq), 0, nam)
+					if juk then redis.call('HSET', kUk(E), juk, id) end
+					outcome = 'enqueued'
+				end
 			end
-		end
+		end)
 
 	elseif kind == 'X' then
-		local st, jq, seq = unpack(redis.call('HMGET', jk, 'status', 'queue', 'seq'))
-		if st == 'dead' then
-			redis.call('HSET', jk, 'shed', '1', 'error', extra, 'dead_meta', SHED_META)
-			redis.call('HDEL', jk, 'unique_key', 'debounce_key')
-			redis.call('ZREM', kRt(E, jq), hex16(seq) .. id)
-			outcome = 'shed'
-		end
+		ungathered(function()
+			local st, jq, seq = unpack(redis.call('HMGET', jk, 'status', 'queue', 'seq'))
+			if st == 'dead' then
+				redis.call('HSET', jk, 'shed', '1', 'error', extra, 'dead_meta', SHED_META)
+				redis.call('HDEL', jk, 'unique_key', 'debounce_key')
+				redis.call('ZREM', kRt(E, jq), hex16(seq) .. id)
+				outcome = 'shed'
+			end
+		end)
 	end
 	out[#out + 1] = outcome
 	out[#out + 1] = rid
 end
+zFlush()
 return out
 `)
 
@@ -317,6 +397,7 @@ for b = jb, #ARGV, 3 do
 end
 local out = {'ok'}
 local b = jb
+gather = true
 for c = 0, nc - 1 do
 	local cb = 6 + c * 4
 	local n, leaseNs, leaseUs, worker = tonumber(ARGV[cb]), ARGV[cb + 1], ARGV[cb + 2], ARGV[cb + 3]
@@ -325,6 +406,7 @@ for c = 0, nc - 1 do
 		b = b + 3
 	end
 end
+zFlush()
 return out
 `)
 
@@ -347,18 +429,20 @@ for c = 0, nc - 1 do total = total + tonumber(ARGV[9 + c * 4]) end
 local head = redis.call('ZRANGE', kAv(E, q), '-', '+', 'BYLEX', 'LIMIT', 0, total)
 local out = {'ok'}
 local k = 1
+gather = true
 for c = 0, nc - 1 do
 	local cb = 9 + c * 4
 	local n, leaseNs, leaseUs, worker = tonumber(ARGV[cb]), ARGV[cb + 1], ARGV[cb + 2], ARGV[cb + 3]
 	for _ = 1, n do
 		local am = head[k]
-		if not am then return out end
+		if not am then break end
 		k = k + 1
 		-- The member ends with the task's length (4 hex), the task, the id.
 		local id = string.sub(am, 53 + tonumber(string.sub(am, 49, 52), 16))
 		out[#out + 1] = claimJob(E, id, q, am, leaseNs, leaseUs, worker)
 	end
 end
+zFlush()
 return out
 `)
 
@@ -377,32 +461,36 @@ local fenced = checkFence()
 if fenced then return fenced end
 local E, now, nowUs = ARGV[4], ARGV[5], ARGV[6]
 local out = {}
+gather = true
 for b = 7, #ARGV - 12, 13 do -- updateNF fields an update
 	local id, att, kind, hasRes, res, err = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
 	local runAt, due, score, rk = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9]
 	local leaseNs, leaseUs, noRetry = ARGV[b + 10], ARGV[b + 11], ARGV[b + 12]
 	local jk = kJob(E, id)
+	touch(id)
 	local st, cur, q, seq, am, uk, dk = unpack(redis.call('HMGET', jk, 'status', 'attempt', 'queue', 'seq', 'am', 'unique_key', 'debounce_key'))
 	if st ~= 'running' or cur ~= att then
 		out[#out + 1] = 0
 	else
 		if kind == 'X' then
 			redis.call('HSET', jk, 'lease_until', leaseNs)
-			redis.call('ZADD', kRun(E), leaseUs, id)
-		else
-			redis.call('ZREM', kRun(E), id)
-			redis.call('HDEL', jk, 'lease_until')
-			if kind == 'C' then
+			zAdd(kRun(E), leaseUs, id)
+		elseif kind == 'C' then
+			zRem(kRun(E), id)
+			if hasRes == '1' then
+				redis.call('HSET', jk, 'status', 'completed', 'finished_at', now, 'result', res)
+				redis.call('HDEL', jk, 'lease_until')
+			else
 				redis.call('HSET', jk, 'status', 'completed', 'finished_at', now)
-				if hasRes == '1' then
-					redis.call('HSET', jk, 'result', res)
-				else
-					redis.call('HDEL', jk, 'result')
-				end
-				move(E, id, seq, 'running', 'completed')
-				addFinished(E, id, seq, 'completed', q, nowUs, false)
-				release(E, id, uk, nil)
-			elseif kind == 'G' then
+				redis.call('HDEL', jk, 'lease_until', 'result')
+			end
+			move(E, id, seq, 'running', 'completed')
+			addFinished(E, id, seq, 'completed', q, nowUs, false)
+			release(E, id, uk, nil)
+		else
+			zRem(kRun(E), id)
+			redis.call('HDEL', jk, 'lease_until')
+			if kind == 'G' then
 				-- Given back unstarted: its attempt, run_at, error and
 				-- place in claim order (its member am) as before the claim.
 				local ra = redis.call('HGET', jk, 'run_at_us')
@@ -455,6 +543,7 @@ for b = 7, #ARGV - 12, 13 do -- updateNF fields an update
 		out[#out + 1] = 1
 	end
 end
+zFlush()
 return out
 `)
 
