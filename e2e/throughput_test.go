@@ -56,10 +56,18 @@ func benchClients(b *testing.B, e *env, token string, n int) []*client.Client {
 	return cs
 }
 
+// BenchmarkEnqueueSingle32 is 32 producers enqueuing one job a call, on
+// every backend.
+//
+//	go test -run '^$' -bench 'EnqueueSingle32/redis' -benchtime 100000x ./e2e
 func BenchmarkEnqueueSingle32(b *testing.B) {
-	e := start(b)
-	tn := e.tenant("acme")
-	parallelEnqueue(b, benchClients(b, e, tn.producer, 32), 1)
+	for _, backend := range backends {
+		b.Run(backend, func(b *testing.B) {
+			e := start(b)
+			tn := e.tenant("acme")
+			parallelEnqueue(b, benchClients(b, e, tn.producer, 32), 1)
+		})
+	}
 }
 
 func BenchmarkEnqueueSingle32AllQuotas(b *testing.B) {
@@ -69,10 +77,16 @@ func BenchmarkEnqueueSingle32AllQuotas(b *testing.B) {
 	parallelEnqueue(b, benchClients(b, e, tn.producer, 32), 1)
 }
 
+// BenchmarkEnqueueBatch100 is 8 producers enqueuing 100 jobs a call, on
+// every backend.
 func BenchmarkEnqueueBatch100(b *testing.B) {
-	e := start(b)
-	tn := e.tenant("acme")
-	parallelEnqueue(b, benchClients(b, e, tn.producer, 8), 100)
+	for _, backend := range backends {
+		b.Run(backend, func(b *testing.B) {
+			e := start(b)
+			tn := e.tenant("acme")
+			parallelEnqueue(b, benchClients(b, e, tn.producer, 8), 100)
+		})
+	}
 }
 
 // BenchmarkClaimAck32 is the bare protocol on every backend: 32 loops
