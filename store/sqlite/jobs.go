@@ -116,6 +116,24 @@ func bulkInsertSQL(n int, shed, returning bool) string {
 	return b.String()
 }
 
+// bulkKey names one text of bulkInsertSQL.
+type bulkKey struct {
+	n               int
+	shed, returning bool
+}
+
+// bulkInsert is bulkInsertSQL's text, built once per Store. The caller
+// holds wmu.
+func (s *Store) bulkInsert(n int, shed, returning bool) string {
+	k := bulkKey{n, shed, returning}
+	q, ok := s.bulkSQL[k]
+	if !ok {
+		q = bulkInsertSQL(n, shed, returning)
+		s.bulkSQL[k] = q
+	}
+	return q
+}
+
 type bulkRow struct {
 	job *store.NewJob
 	res *api.EnqueueResult
@@ -216,7 +234,7 @@ func (e *enqueuer) flush() error {
 			}
 		}
 		e.args = args
-		query := bulkInsertSQL(n, e.rowsIsShed, returning)
+		query := e.s.bulkInsert(n, e.rowsIsShed, returning)
 		if !returning {
 			if _, err := e.tx.ExecContext(e.ctx, query, args...); err != nil {
 				return err

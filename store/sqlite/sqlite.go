@@ -58,6 +58,10 @@ type Store struct {
 	wmu   sync.Mutex
 	wc    *sql.Conn
 	stmts map[string]*sql.Stmt
+	// bulkSQL keeps the texts of bulkInsertSQL (guarded by wmu): building
+	// a 256-row insert's text for every group was about 3 % of a batched
+	// enqueue's time in the actor.
+	bulkSQL map[bulkKey]string
 
 	temp string // a temporary file to remove on Close
 
@@ -131,7 +135,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	s := &Store{w: w, faults: opt.Faults, stmts: map[string]*sql.Stmt{}, temp: temp}
+	s := &Store{w: w, faults: opt.Faults, stmts: map[string]*sql.Stmt{}, bulkSQL: map[bulkKey]string{}, temp: temp}
 	s.wc, err = w.Conn(ctx)
 	if err != nil {
 		w.Close()
