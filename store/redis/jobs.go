@@ -105,6 +105,8 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 
 const (
 	// promoteChunk bounds the scheduled jobs one script makes available.
+	// The script adds them in one ZADD of 2*promoteChunk arguments, which
+	// Lua's unpack must reach (it stops near 8000).
 	promoteChunk = 1000
 	// maxClaimAttempts bounds the re-plans of a claim group that keeps
 	// meeting concurrent claimers.
