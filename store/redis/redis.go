@@ -9,6 +9,10 @@
 // other command in between, so a write lands whole. Redis does not undo a
 // script that fails half-way, so each script does its checks before its
 // first write and is fed arguments the Go side has already validated.
+// The scripts that write a group of jobs send a group's sorted-set
+// entries one command per key, mostly at their end (see luaLib's gather);
+// they run whole all the same, so no other client sees a job before its
+// index entries.
 //
 // A group (JobEnqueueMany's calls, JobClaimMany's claims, JobUpdateMany's
 // updates) must land as one, so the whole group is one script: the Go side
