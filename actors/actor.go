@@ -105,7 +105,24 @@ type Actor struct {
 	// lease of the namespace's partition at the epoch its counts were
 	// loaded under (nil on a single node).
 	fence *store.Fence
+
+	// acksOut is closed when the acks being written beside the steps
+	// (Deps.OverlapAcks) are done; nil when none are. acksNext are the
+	// acks decided meanwhile, written next as one.
+	acksOut  chan struct{}
+	acksNext *UpdatePlan
 }
+
+// acksDone is the message an overlapped ack write posts to its actor's
+// mailbox: the plan and what the store said.
+type acksDone struct {
+	plan    *UpdatePlan
+	applied []bool
+	err     error
+}
+
+// opAcksDone marks an acksDone message; no client sends it.
+const opAcksDone Op = -1
 
 // stepper is a store that runs a whole step as one transaction
 // (store/sqlite): the step's acks, enqueues and claims share one commit,
@@ -155,6 +172,15 @@ func (a *Actor) Step(ctx context.Context, now time.Time) {
 				a.box.release(internal)
 			}
 			for _, m := range msgs {
+				if _, ok := m.Body.(*acksDone); ok && m.Op == opAcksDone {
+					// Answered already; the acks decided since are not
+					// written (the core that decided them is gone).
+					a.acksOut = nil
+					if a.acksNext != nil {
+						a.acksNext.answer(internal)
+						a.acksNext = nil
+					}
+				}
 				m.respond(nil, internal)
 			}
 			for _, w := range a.core.DropWaiters() {
@@ -167,6 +193,7 @@ func (a *Actor) Step(ctx context.Context, now time.Time) {
 			a.core.SetPace(a.deps.Pace)
 		}
 	}()
+	msgs = a.acksWritten(ctx, msgs)
 	a.step(ctx, msgs, now)
 	if tx != nil {
 		a.store = a.deps.Store
@@ -181,6 +208,76 @@ func (a *Actor) Step(ctx context.Context, now time.Time) {
 		a.box.release(nil)
 	}
 }
+
+// overlapAcks says whether acks are written beside the steps: asked for,
+// and the store is not one whose step is one transaction.
+func (a *Actor) overlapAcks() bool {
+	if !a.deps.OverlapAcks {
+		return false
+	}
+	_, stepped := a.deps.Store.(stepper)
+	return !stepped
+}
+
+// writeAcks writes p beside the steps that follow, or after the acks
+// being written now. Once written, its calls are answered at once, from
+// the writing goroutine, and the counts follow in the step that takes its
+// acksDone message: that message is in the mailbox before any answer
+// leaves, so a call its caller sends after the answer finds the jobs
+// done (a slot free under max_running).
+func (a *Actor) writeAcks(ctx context.Context, p UpdatePlan) {
+	if a.acksOut != nil {
+		if a.acksNext == nil {
+			a.acksNext = &p
+		} else {
+			a.acksNext.Merge(p)
+		}
+		return
+	}
+	out := make(chan struct{})
+	a.acksOut = out
+	p.Params.Fence = a.fence
+	go func() {
+		defer close(out)
+		applied, err := a.deps.Store.JobUpdateMany(ctx, p.Params)
+		a.mbox.push(&Message{Op: opAcksDone, Body: &acksDone{plan: &p, applied: applied, err: err}})
+		p.AckAnswers(applied, err)
+	}()
+}
+
+// acksWritten answers the overlapped acks whose write came back, starts
+// the write of those decided meanwhile, and returns the other messages.
+func (a *Actor) acksWritten(ctx context.Context, msgs []*Message) []*Message {
+	if a.acksOut == nil {
+		return msgs // no write is out, so no answer is in
+	}
+	rest := make([]*Message, 0, len(msgs))
+	for _, m := range msgs {
+		d, ok := m.Body.(*acksDone)
+		if !ok || m.Op != opAcksDone {
+			rest = append(rest, m)
+			continue
+		}
+		if d.err != nil {
+			a.log.Warn("ack write failed", "err", d.err)
+		}
+		a.core.AcksDone(d.plan, d.applied, d.err)
+		a.acksOut = nil
+		if next := a.acksNext; next != nil {
+			a.acksNext = nil
+			a.writeAcks(ctx, *next)
+		}
+	}
+	return rest
+}
+
+// AcksPending reports whether overlapped acks are still to be written or
+// answered: an actor that stops waits for them (AcksOut).
+func (a *Actor) AcksPending() bool { return a.acksOut != nil }
+
+// AcksOut is closed when the overlapped ack write now under way is done
+// (its answer is then in the mailbox); nil when there is none.
+func (a *Actor) AcksOut() <-chan struct{} { return a.acksOut }
 
 func (a *Actor) step(ctx context.Context, msgs []*Message, now time.Time) {
 	c := a.core
@@ -333,6 +430,11 @@ func (a *Actor) updates(ctx context.Context, calls []*UpdateCall, now time.Time)
 		return
 	}
 	p := c.PlanUpdates(calls, now)
+	if a.overlapAcks() {
+		if acks := c.SplitAcks(&p); acks.Len() > 0 {
+			a.writeAcks(ctx, acks)
+		}
+	}
 	for _, u := range p.LeaseLost {
 		u.Msg.respond(nil, api.LeaseLost(updateID(u)))
 	}

@@ -36,6 +36,9 @@ type Core struct {
 	bucket  admission.Bucket
 	counts  dispatch.Counts
 	running map[string]*runInfo
+	// loads counts Load calls: a plan of acks written beside later steps
+	// applies to the counts only if they were not read again meanwhile.
+	loads uint64
 
 	// leaseCheck is when the next lease may run out: no running job's
 	// lease ends before it (heartbeats only move leases later).
@@ -68,6 +71,9 @@ type runInfo struct {
 	// default, resolved when an attempt fails, under the settings then).
 	ownMax     int64
 	leaseUntil time.Time
+	// acking: its completion is being written beside later steps
+	// (SplitAcks); until AcksDone no other call may touch it.
+	acking bool
 }
 
 // NewCore returns the core of namespace ns. rng drives job ids and backoff
@@ -97,6 +103,7 @@ func (c *Core) Loaded() bool { return c.loaded }
 // Load rebuilds the counts from the store's view: counts by status and the
 // running jobs.
 func (c *Core) Load(counts store.Counts, running []store.Job, now time.Time) {
+	c.loads++
 	c.pending = counts.Pending
 	c.counts = dispatch.Counts{}
 	c.running = make(map[string]*runInfo, len(running))
@@ -602,6 +609,9 @@ type UpdatePlan struct {
 	// Heartbeats are answered from the plan: the ids extended.
 	heartbeats []*UpdateCall
 	extended   map[*UpdateCall][]string
+	// core and loads: the counts a plan of SplitAcks was decided on.
+	core  *Core
+	loads uint64
 }
 
 // PlanUpdates decides acks, nacks and heartbeats in order, and expires the
@@ -613,7 +623,7 @@ func (c *Core) PlanUpdates(calls []*UpdateCall, now time.Time) UpdatePlan {
 	finishing := map[string]bool{}
 	lookup := func(id string, attempt int64, call *UpdateCall) *runInfo {
 		ri := c.running[id]
-		if ri == nil || finishing[id] {
+		if ri == nil || finishing[id] || ri.acking {
 			p.Unknown = append(p.Unknown, call)
 			return nil
 		}
@@ -658,7 +668,7 @@ func (c *Core) PlanUpdates(calls []*UpdateCall, now time.Time) UpdatePlan {
 				ri := c.running[id]
 				// A lease already run out is not revived: the job
 				// expires below and its worker learns it lost it.
-				if ri == nil || finishing[id] || !now.Before(ri.leaseUntil) {
+				if ri == nil || finishing[id] || ri.acking || !now.Before(ri.leaseUntil) {
 					continue
 				}
 				until := now.Add(lease)
@@ -674,6 +684,9 @@ func (c *Core) PlanUpdates(calls []*UpdateCall, now time.Time) UpdatePlan {
 		for id, ri := range c.running {
 			switch {
 			case finishing[id]:
+			case ri.acking:
+				// Its ack is being written; if that fails the counts are
+				// read again and its lease is watched anew.
 			case !now.Before(ri.leaseUntil):
 				expired = append(expired, id)
 			default:
@@ -687,6 +700,83 @@ func (c *Core) PlanUpdates(calls []*UpdateCall, now time.Time) UpdatePlan {
 		c.planFailure(&p, nil, id, c.running[id], "lease expired", true, now)
 	}
 	return p
+}
+
+// SplitAcks moves the completions out of p into a plan of their own, to
+// be written beside the steps that follow (Deps.OverlapAcks) while the
+// rest of p is written in this one. Their jobs stay running, so every cap
+// still counts them, and no later call touches them until AcksDone. A
+// completion whose job p also names otherwise (a heartbeat before it)
+// stays in p, so that one job's writes keep their order.
+func (c *Core) SplitAcks(p *UpdatePlan) UpdatePlan {
+	out := UpdatePlan{Params: store.JobUpdateManyParams{Namespace: p.Params.Namespace, Now: p.Params.Now}, core: c, loads: c.loads}
+	named := make(map[string]int, len(p.entries))
+	for _, e := range p.entries {
+		named[e.id]++
+	}
+	keep, keepU := p.entries[:0], p.Params.Updates[:0]
+	for i, e := range p.entries {
+		if e.kind == store.UpdateComplete && e.call != nil && named[e.id] == 1 {
+			e.info.acking = true
+			out.add(e, p.Params.Updates[i])
+			continue
+		}
+		keep, keepU = append(keep, e), append(keepU, p.Params.Updates[i])
+	}
+	p.entries, p.Params.Updates = keep, keepU
+	return out
+}
+
+// Len is how many job writes the plan holds.
+func (p *UpdatePlan) Len() int { return len(p.entries) }
+
+// Merge appends q's writes to p (plans of SplitAcks, of distinct jobs:
+// a job being acked is touched by no later plan). The result applies to
+// the counts only if both were decided on the same ones.
+func (p *UpdatePlan) Merge(q UpdatePlan) {
+	if p.core != q.core || p.loads != q.loads {
+		p.core = nil
+	}
+	p.entries = append(p.entries, q.entries...)
+	p.Params.Updates = append(p.Params.Updates, q.Params.Updates...)
+}
+
+// AcksDone records the written plan of SplitAcks in the counts (its
+// calls were answered by AckAnswers). When the counts were read again
+// while it was written (a failed write, a new fence, a restart), they may
+// or may not include its writes: they are read once more instead.
+func (c *Core) AcksDone(p *UpdatePlan, applied []bool, err error) {
+	if p.core == c && p.loads == c.loads && c.loaded {
+		c.UpdatesDone(p, applied, err) // its answers are given already
+		return
+	}
+	c.Unload()
+}
+
+// AckAnswers answers the calls of a written plan of SplitAcks from what
+// the store said, which is all they depend on: done, or the lease lost
+// (the job was no longer running under that attempt), or the store's
+// error.
+func (p *UpdatePlan) AckAnswers(applied []bool, err error) {
+	for i, e := range p.entries {
+		switch {
+		case err != nil:
+			e.call.Msg.respond(nil, StoreError(err))
+		case !applied[i]:
+			e.call.Msg.respond(nil, api.LeaseLost(e.id))
+		default:
+			e.call.Msg.respond(api.Empty{}, nil)
+		}
+	}
+}
+
+// answer answers every call of p with err.
+func (p *UpdatePlan) answer(err *api.Error) {
+	for _, e := range p.entries {
+		if e.call != nil {
+			e.call.Msg.respond(nil, err)
+		}
+	}
 }
 
 func (p *UpdatePlan) add(e updateEntry, u store.JobUpdate) {

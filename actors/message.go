@@ -50,8 +50,10 @@ func (o Op) String() string {
 
 // Message is one request to a namespace actor. Body holds the decoded
 // request of Op (*api.EnqueueRequest, *api.ClaimRequest, …), already
-// validated for shape. Reply is called exactly once, from the actor's
-// goroutine, after anything the request wrote is durable.
+// validated for shape. Reply is called exactly once, after anything the
+// request wrote is durable: from the actor's goroutine, or for an ack
+// written beside the steps (Deps.OverlapAcks) from the goroutine that
+// wrote it.
 type Message struct {
 	Op    Op
 	Body  any

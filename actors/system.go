@@ -38,6 +38,13 @@ type Deps struct {
 	// Pace paces the quota refusals of clients' calls (pace.go; a node
 	// uses DefaultPace). Zero: every refusal is answered at once.
 	Pace Pace
+	// OverlapAcks writes a namespace's completions beside its next steps
+	// instead of within the step that took them, on a store whose step is
+	// not one transaction (PostgreSQL, Redis: their writes wait on a
+	// server, and another connection can write meanwhile). Their jobs
+	// count as running until the write is back, so no cap is ever
+	// exceeded, and each ack is answered once it is durable.
+	OverlapAcks bool
 }
 
 // Fences tells whether this node owns a namespace and the fence its
@@ -153,12 +160,17 @@ func (s *System) run(r *running) {
 		case <-a.mbox.signal:
 			timer.Stop() // Go 1.23+ timers: no stale tick to drain
 		case <-timer.C:
-			if a.core.Idle(s.deps.Clock.Now(), s.deps.IdleAfter) && s.passivate(r) {
+			// Acks being written keep it: their answer comes back here.
+			if !a.AcksPending() && a.core.Idle(s.deps.Clock.Now(), s.deps.IdleAfter) && s.passivate(r) {
 				return
 			}
 		case <-r.quit:
-			// Stop: answer everything already queued, then the parked.
-			for a.Pending() > 0 {
+			// Stop: answer everything already queued, and the acks being
+			// written, then the parked.
+			for a.Pending() > 0 || a.AcksPending() {
+				if a.Pending() == 0 {
+					<-a.AcksOut()
+				}
 				a.Step(s.ctx, s.deps.Clock.Now())
 			}
 			a.stop()

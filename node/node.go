@@ -260,6 +260,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.clusterCtx, n.clusterCancel = context.WithCancel(context.WithoutCancel(ctx))
 	deps := actors.Deps{
 		Store: n.Store, Snapshots: n.Cache, Log: n.log, Observer: n.Metrics, IdleAfter: cfg.IdleAfter, Pace: cfg.RefusalPace,
+		OverlapAcks: true,
 	}
 	if err := n.startCluster(ctx); err != nil {
 		return n, err
