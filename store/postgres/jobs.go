@@ -755,10 +755,22 @@ func containsCursor(cs []*cursor, c *cursor) bool {
 // loop: with "status = 1" a generic plan may hash-join against a full scan
 // of jobs_running, which is cheap only while the statistics are right that
 // few jobs run.
+//
+// Each entry's job is found by runningJobSQL, a LATERAL subquery that
+// LIMIT keeps from being flattened into the join: one lookup in jobs_ns_id
+// an entry, whatever the statistics say. Joined directly, statistics
+// taken while the namespace held few running jobs (a new namespace, a
+// fresh database) made the planner walk the namespace's jobs once and
+// compare each with every entry: 4.7 s for an ack of 500 jobs with 41 000
+// running.
+const runningJobSQL = `SELECT r.seq FROM jobs r
+	WHERE r.namespace = $1 AND r.id = u.uid AND r.status + 0 = 1 AND r.attempt = u.uatt LIMIT 1`
+
 const (
 	completeSQL = `UPDATE jobs SET status = 2, result = u.ures, finished_at = $5, lease_until = NULL
 		FROM unnest($2::text[], $3::bigint[], $4::bytea[]) WITH ORDINALITY AS u(uid, uatt, ures, ord)
-		WHERE namespace = $1 AND id = u.uid AND status + 0 = 1 AND attempt = u.uatt
+		CROSS JOIN LATERAL (` + runningJobSQL + `) AS k
+		WHERE jobs.seq = k.seq
 		RETURNING u.ord`
 	// A retried job takes its debounce key back only if no other pending
 	// job took it while it ran. Retries go one job a statement, so a
@@ -769,11 +781,13 @@ const (
 				THEN NULL ELSE debounce_key END
 		FROM unnest($2::text[], $3::bigint[], $4::smallint[], $5::bigint[], $6::text[])
 			WITH ORDINALITY AS u(uid, uatt, ust, urun, uerr, ord)
-		WHERE namespace = $1 AND id = u.uid AND status + 0 = 1 AND attempt = u.uatt
+		CROSS JOIN LATERAL (` + runningJobSQL + `) AS k
+		WHERE jobs.seq = k.seq
 		RETURNING u.ord`
 	deadSQL = `UPDATE jobs SET status = 3, error = u.uerr, finished_at = $6, lease_until = NULL, no_retry = u.unr
 		FROM unnest($2::text[], $3::bigint[], $4::text[], $5::boolean[]) WITH ORDINALITY AS u(uid, uatt, uerr, unr, ord)
-		WHERE namespace = $1 AND id = u.uid AND status + 0 = 1 AND attempt = u.uatt
+		CROSS JOIN LATERAL (` + runningJobSQL + `) AS k
+		WHERE jobs.seq = k.seq
 		RETURNING u.ord`
 	releaseSQL = `UPDATE jobs SET status = CASE WHEN run_at <= $4 THEN 0 ELSE 4 END, attempt = attempt - 1,
 			lease_until = NULL, worker = NULL,
@@ -781,11 +795,13 @@ const (
 				WHERE h.namespace = $1 AND h.debounce_key = jobs.debounce_key AND h.status IN (0, 4))
 				THEN NULL ELSE debounce_key END
 		FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS u(uid, uatt, ord)
-		WHERE namespace = $1 AND id = u.uid AND status + 0 = 1 AND attempt = u.uatt
+		CROSS JOIN LATERAL (` + runningJobSQL + `) AS k
+		WHERE jobs.seq = k.seq
 		RETURNING u.ord`
 	extendSQL = `UPDATE jobs SET lease_until = u.ulease
 		FROM unnest($2::text[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS u(uid, uatt, ulease, ord)
-		WHERE namespace = $1 AND id = u.uid AND status + 0 = 1 AND attempt = u.uatt
+		CROSS JOIN LATERAL (` + runningJobSQL + `) AS k
+		WHERE jobs.seq = k.seq
 		RETURNING u.ord`
 )
 

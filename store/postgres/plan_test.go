@@ -97,3 +97,90 @@ func TestGenericPlans(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdatesLookEachJobUp checks that the updates of a group look each
+// job up by its key whatever the statistics say. Taken while a namespace
+// had no job (a new tenant, a fresh database), they let a plan walk all
+// of the namespace's jobs and compare each with every entry: seconds for
+// an ack of 500 jobs once tens of thousands run.
+func TestUpdatesLookEachJobUp(t *testing.T) {
+	ctx := t.Context()
+	s, err := Open(ctx, testserver.Postgres(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for done := 0; done < 20000; done += 1000 {
+		jobs := make([]store.NewJob, 1000)
+		for k := range jobs {
+			jobs[k] = store.NewJob{ID: fmt.Sprintf("j%05d", done+k), Generated: true, Queue: "q", Task: "t", RunAt: now}
+		}
+		if _, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: "other", Now: now, Calls: []store.EnqueueCall{{Jobs: jobs}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `ANALYZE jobs`); err != nil { // namespace ns: none
+		t.Fatal(err)
+	}
+	ids := make([]string, 500)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("j%03d", i)
+	}
+	arr := "'{" + strings.Join(ids, ",") + "}'"
+	ones := "'{" + strings.Repeat("1,", 499) + "1}'"
+	for _, c := range []struct{ name, sql, args string }{
+		{"complete", completeSQL, "'ns', " + arr + ", " + ones + ", NULL, 1"},
+		{"retry", retrySQL, "'ns', " + arr + ", " + ones + ", " + ones + ", " + ones + ", NULL"},
+		{"dead", deadSQL, "'ns', " + arr + ", " + ones + ", NULL, NULL, 1"},
+		{"release", releaseSQL, "'ns', " + arr + ", " + ones + ", 1"},
+		{"extend", extendSQL, "'ns', " + arr + ", " + ones + ", " + ones},
+	} {
+		// The parameters as literals: a custom plan, with the statistics'
+		// estimate for this namespace (none of its jobs).
+		q := c.sql
+		for i, a := range splitArgs(c.args) {
+			q = strings.ReplaceAll(q, fmt.Sprintf("$%d", i+1), a)
+		}
+		rows, err := conn.Query(ctx, "EXPLAIN "+q)
+		if err != nil {
+			t.Fatalf("%s: explain: %v", c.name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("%s: explain: %v", c.name, err)
+		}
+		text := strings.Join(plan, "\n")
+		if !strings.Contains(text, "Index Cond: ((namespace = 'ns'::text) AND (id = u.uid))") || strings.Contains(text, "Join Filter") {
+			t.Errorf("%s: does not look each entry's job up by its key:\n%s", c.name, text)
+		}
+	}
+}
+
+// splitArgs splits a list of SQL literals at its top-level commas.
+func splitArgs(s string) []string {
+	var out []string
+	quoted, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '\'':
+			quoted = !quoted
+		case s[i] == ',' && !quoted:
+			out = append(out, strings.TrimSpace(s[start:i]))
+			start = i + 1
+		}
+	}
+	return append(out, strings.TrimSpace(s[start:]))
+}
