@@ -140,7 +140,8 @@ func (c *ClusterConfig) String() string {
 
 // leaseModel is the shared ClusterStore (clustertest.MemStore); its Mu is
 // also what the fence layer holds across its check and its write: the
-// model of PostgreSQL's FOR SHARE on the lease row, or of the Redis script.
+// model of PostgreSQL's FOR KEY SHARE on the lease row, or of the Redis
+// script.
 type leaseModel struct {
 	*clustertest.MemStore
 }

@@ -14,7 +14,7 @@ import (
 // MemStore is store.ClusterStore in memory with the contract's rules
 // (store/storetest checks the real backends against the same rules). Mu
 // guards Members and Leases; a test may hold it across a fence check and
-// a write, as PostgreSQL's FOR SHARE on the lease row or a Redis script
+// a write, as PostgreSQL's FOR KEY SHARE on the lease row or a Redis script
 // would.
 type MemStore struct {
 	Mu      sync.Mutex

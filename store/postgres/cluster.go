@@ -24,17 +24,20 @@ var _ store.ClusterStore = (*Store)(nil)
 // Fencing
 
 // fenceSQL is the first statement of a fenced job write. flexiq_fence
-// (migration 3) locks the lease row FOR SHARE until the write commits and
-// raises fencedCode unless the lease is held by the fence's holder at its
-// epoch: the error skips the rest of the pipelined batch, the commit
-// included, so nothing of the write lands.
+// (migrations 3 and 4) locks the lease row FOR KEY SHARE until the write
+// commits and raises fencedCode unless the lease is held by the fence's
+// holder at its epoch: the error skips the rest of the pipelined batch,
+// the commit included, so nothing of the write lands.
 //
 // The expiry is not checked: the epoch is what fences. A lease changes
-// hands only through LeaseAcquire's UPDATE of its row, which bumps the
-// epoch and conflicts with the FOR SHARE lock: a take waits for the
-// fenced writes in flight to commit, and a write checked after the take
-// sees the new epoch. An expired lease that nobody took is still the
-// holder's, and its writes are as safe as before.
+// hands only through LeaseAcquire's take of its row, which bumps the
+// epoch, part of the row's key (a unique index), and so conflicts with
+// the FOR KEY SHARE lock: a take waits for the fenced writes in flight to
+// commit, and a write checked after the take sees the new epoch. A
+// renewal keeps the key and passes the lock, so writes that overlap
+// without a gap cannot keep the holder from renewing. An expired lease
+// that nobody took is still the holder's, and its writes are as safe as
+// before.
 const fenceSQL = `SELECT flexiq_fence($1::text, $2::text, $3::bigint)`
 
 // fencedCode is the SQLSTATE flexiq_fence raises.
@@ -138,20 +141,37 @@ func (s *Store) MemberLeave(ctx context.Context, node string) error {
 // ---------------------------------------------------------------------------
 // Leases
 
-// leaseAcquireSQL takes or renews every named lease in one statement: a
-// new name is inserted at epoch 1; an existing row is updated when it is
-// the holder's (renewed: same epoch), released or expired (taken: next
-// epoch), and left alone (though locked till commit) otherwise. RETURNING
-// yields exactly the rows written: the leases the holder holds afterwards.
-// Names come sorted, so two acquisitions lock common rows in one order.
-const leaseAcquireSQL = `INSERT INTO leases AS l (name, holder, epoch, expires_at)
-	SELECT n.name, $1::text, 1, $3::timestamptz FROM unnest($2::text[]) AS n(name) ORDER BY n.name
-	ON CONFLICT (name) DO UPDATE SET
-		holder = excluded.holder,
-		epoch = CASE WHEN l.holder = excluded.holder THEN l.epoch ELSE l.epoch + 1 END,
-		expires_at = excluded.expires_at
-	WHERE l.holder = excluded.holder OR l.holder = '' OR l.expires_at <= $4::timestamptz
-	RETURNING l.name, l.holder, l.epoch, l.expires_at`
+// leaseAcquireSQL takes or renews every named lease in one statement.
+// The holder's own leases are renewed by a plain UPDATE of expires_at,
+// which keeps the row's key (epoch, migration 4): it does not wait for
+// the fenced writes in flight, whose FOR KEY SHARE locks it passes. The
+// other names are inserted at epoch 1 if new, or taken when released or
+// expired (next epoch: a key update, which waits for those writes); names
+// another holder keeps live are not touched, so asking for them waits for
+// nothing. The ON CONFLICT clause checks again under the row's lock, as a
+// lease may have changed since the statement's snapshot. RETURNING
+// yields exactly the rows written: the leases the holder holds
+// afterwards. Names come sorted, so two acquisitions lock common rows in
+// one order.
+const leaseAcquireSQL = `WITH renewed AS (
+		UPDATE leases SET expires_at = $3::timestamptz WHERE name = ANY ($2::text[]) AND holder = $1::text
+		RETURNING name, holder, epoch, expires_at
+	), taken AS (
+		INSERT INTO leases AS l (name, holder, epoch, expires_at)
+		SELECT n.name, $1::text, 1, $3::timestamptz FROM unnest($2::text[]) AS n(name)
+		WHERE NOT EXISTS (SELECT FROM leases o WHERE o.name = n.name
+			AND (o.holder = $1::text OR (o.holder <> '' AND o.expires_at > $4::timestamptz)))
+		ORDER BY n.name
+		ON CONFLICT (name) DO UPDATE SET
+			holder = excluded.holder,
+			epoch = CASE WHEN l.holder = excluded.holder THEN l.epoch ELSE l.epoch + 1 END,
+			expires_at = excluded.expires_at
+		WHERE l.holder = '' OR l.expires_at <= $4::timestamptz
+		RETURNING l.name, l.holder, l.epoch, l.expires_at
+	)
+	SELECT name, holder, epoch, expires_at FROM renewed
+	UNION ALL SELECT name, holder, epoch, expires_at FROM taken
+	ORDER BY name`
 
 // LeaseAcquire takes or renews p.Holder's leases among p.Names in one
 // transaction and returns those it holds afterwards, by name.

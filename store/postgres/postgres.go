@@ -10,10 +10,11 @@
 //
 // The Store is a store.ClusterStore (tables members and leases). A fenced
 // job write starts its transaction with flexiq_fence, which locks the
-// lease row FOR SHARE and aborts the write, as store.ErrFenced, unless
+// lease row FOR KEY SHARE and aborts the write, as store.ErrFenced, unless
 // the fence's holder holds the lease at its epoch; a take of the lease
-// (an UPDATE of that row) waits for the writes in flight, so no write of
-// a stale owner commits after a take (see fenceSQL).
+// (an UPDATE that bumps the epoch, part of the row's key) waits for the
+// writes in flight, so no write of a stale owner commits after a take,
+// while the holder's renewals pass them (see fenceSQL).
 //
 // Migrations are embedded and applied at Open inside one transaction that
 // first takes an advisory lock (pg_advisory_xact_lock), so nodes starting

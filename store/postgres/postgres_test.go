@@ -332,3 +332,77 @@ func TestHeartbeatSweepsDeadMembers(t *testing.T) {
 		t.Fatalf("rows after c's heartbeat %v, want c alone", got)
 	}
 }
+
+// A fenced write in flight does not hold its lease's renewal off: the
+// holder renews at once (before migration 4 the renewal waited for every
+// open fenced write of the partition, and writes that overlapped without
+// a gap kept it off until the lease ran out). A take from another holder
+// still waits for the write to commit.
+func TestRenewalPassesAFencedWriteATakeWaitsForIt(t *testing.T) {
+	ctx := context.Background()
+	url := testserver.Postgres(t)
+	s := open(t, url, postgres.Options{})
+	t0 := time.Unix(1_700_000_000, 0).UTC()
+	const lease = "ns:acme"
+	acquire := func(ctx context.Context, holder string, now time.Time) ([]store.Lease, error) {
+		return s.LeaseAcquire(ctx, store.LeaseAcquireParams{Holder: holder, Names: []string{lease}, Now: now, TTL: 10 * time.Second})
+	}
+	if _, err := acquire(ctx, "node-a", t0); err != nil {
+		t.Fatal(err)
+	}
+
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var pid int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT flexiq_fence($1, 'node-a', 1)`, lease); err != nil {
+		t.Fatal(err)
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	got, err := acquire(rctx, "node-a", t0.Add(5*time.Second))
+	cancel()
+	if err != nil || len(got) != 1 || got[0].Epoch != 1 || !got[0].Expires.Equal(t0.Add(15*time.Second)) {
+		t.Fatalf("renewal with a fenced write open: %+v, %v; want epoch 1 until +15 s, at once", got, err)
+	}
+
+	// node-b takes the lease once it has run out: it waits for the write.
+	type result struct {
+		ls  []store.Lease
+		err error
+	}
+	took := make(chan result, 1)
+	go func() {
+		ls, err := acquire(ctx, "node-b", t0.Add(time.Minute))
+		took <- result{ls, err}
+	}()
+	for waiting := false; !waiting; {
+		select {
+		case r := <-took:
+			t.Fatalf("the take returned with the fenced write still open: %+v", r)
+		default:
+		}
+		// The take's backend waits on a lock the write's backend holds.
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity a
+			WHERE a.wait_event_type = 'Lock' AND $1 = ANY (pg_blocking_pids(a.pid)))`, pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-took
+	if r.err != nil || len(r.ls) != 1 || r.ls[0].Holder != "node-b" || r.ls[0].Epoch != 2 {
+		t.Fatalf("the take: %+v, %v; want node-b at epoch 2", r.ls, r.err)
+	}
+}
