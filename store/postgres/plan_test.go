@@ -6,9 +6,41 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/flexiq/flexiq/internal/testserver"
 	"github.com/flexiq/flexiq/store"
 )
+
+// planConn opens a store on a fresh database holding 20 000 pending jobs
+// of one queue of namespace ns, and returns a connection of its pool;
+// both are closed when t ends.
+func planConn(t *testing.T, ns string) *pgxpool.Conn {
+	t.Helper()
+	ctx := t.Context()
+	s, err := Open(ctx, testserver.Postgres(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for done := 0; done < 20000; done += 1000 {
+		jobs := make([]store.NewJob, 1000)
+		for k := range jobs {
+			jobs[k] = store.NewJob{ID: fmt.Sprintf("j%05d", done+k), Generated: true, Queue: "q", Task: "t", RunAt: now}
+		}
+		if _, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: ns, Now: now, Calls: []store.EnqueueCall{{Jobs: jobs}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	return conn
+}
 
 // TestGenericPlans checks the plans the hot statements get once pgx's
 // cached statements go generic, from statistics that no longer fit: taken
@@ -18,26 +50,7 @@ import (
 // whole queue once the statistics are stale.
 func TestGenericPlans(t *testing.T) {
 	ctx := t.Context()
-	s, err := Open(ctx, testserver.Postgres(t), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for done := 0; done < 20000; done += 1000 {
-		jobs := make([]store.NewJob, 1000)
-		for k := range jobs {
-			jobs[k] = store.NewJob{ID: fmt.Sprintf("j%05d", done+k), Generated: true, Queue: "q", Task: "t", RunAt: now}
-		}
-		if _, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: "ns", Now: now, Calls: []store.EnqueueCall{{Jobs: jobs}}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	conn := planConn(t, "ns")
 	for _, q := range []string{`ANALYZE jobs`, `SET plan_cache_mode = force_generic_plan`} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatal(err)
@@ -62,22 +75,7 @@ func TestGenericPlans(t *testing.T) {
 		if _, err := conn.Conn().Prepare(ctx, name, c.sql); err != nil {
 			t.Fatalf("%s: prepare: %v", c.name, err)
 		}
-		rows, err := conn.Query(ctx, fmt.Sprintf("EXPLAIN EXECUTE %s(%s)", name, c.args))
-		if err != nil {
-			t.Fatalf("%s: explain: %v", c.name, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, line)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("%s: explain: %v", c.name, err)
-		}
-		text := strings.Join(plan, "\n")
+		text := explain(t, conn, c.name, fmt.Sprintf("EXECUTE %s(%s)", name, c.args))
 		if c.name == "claim head" {
 			// Its window numbers the jobs LIMIT kept, in a sort of at
 			// most a group's rows above the scan; a sort below LIMIT
@@ -105,26 +103,7 @@ func TestGenericPlans(t *testing.T) {
 // an ack of 500 jobs once tens of thousands run.
 func TestUpdatesLookEachJobUp(t *testing.T) {
 	ctx := t.Context()
-	s, err := Open(ctx, testserver.Postgres(t), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for done := 0; done < 20000; done += 1000 {
-		jobs := make([]store.NewJob, 1000)
-		for k := range jobs {
-			jobs[k] = store.NewJob{ID: fmt.Sprintf("j%05d", done+k), Generated: true, Queue: "q", Task: "t", RunAt: now}
-		}
-		if _, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: "other", Now: now, Calls: []store.EnqueueCall{{Jobs: jobs}}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	conn := planConn(t, "other")
 	if _, err := conn.Exec(ctx, `ANALYZE jobs`); err != nil { // namespace ns: none
 		t.Fatal(err)
 	}
@@ -147,26 +126,25 @@ func TestUpdatesLookEachJobUp(t *testing.T) {
 		for i, a := range splitArgs(c.args) {
 			q = strings.ReplaceAll(q, fmt.Sprintf("$%d", i+1), a)
 		}
-		rows, err := conn.Query(ctx, "EXPLAIN "+q)
-		if err != nil {
-			t.Fatalf("%s: explain: %v", c.name, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, line)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("%s: explain: %v", c.name, err)
-		}
-		text := strings.Join(plan, "\n")
+		text := explain(t, conn, c.name, q)
 		if !strings.Contains(text, "Index Cond: ((namespace = 'ns'::text) AND (id = u.uid))") || strings.Contains(text, "Join Filter") {
 			t.Errorf("%s: does not look each entry's job up by its key:\n%s", c.name, text)
 		}
 	}
+}
+
+// explain returns the plan of query, one line a node.
+func explain(t *testing.T, conn *pgxpool.Conn, what, query string) string {
+	t.Helper()
+	rows, err := conn.Query(t.Context(), "EXPLAIN "+query)
+	if err != nil {
+		t.Fatalf("%s: explain: %v", what, err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("%s: explain: %v", what, err)
+	}
+	return strings.Join(plan, "\n")
 }
 
 // splitArgs splits a list of SQL literals at its top-level commas.
