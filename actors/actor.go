@@ -237,12 +237,17 @@ func (a *Actor) writeAcks(ctx context.Context, p UpdatePlan) {
 	out := make(chan struct{})
 	a.acksOut = out
 	p.Params.Fence = a.fence
-	go func() {
+	write := func() {
 		defer close(out)
 		applied, err := a.deps.Store.JobUpdateMany(ctx, p.Params)
 		a.mbox.push(&Message{Op: opAcksDone, Body: &acksDone{plan: &p, applied: applied, err: err}})
 		p.AckAnswers(applied, err)
-	}()
+	}
+	if a.deps.Beside != nil {
+		a.deps.Beside(write)
+		return
+	}
+	go write()
 }
 
 // acksWritten answers the overlapped acks whose write came back, starts

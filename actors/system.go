@@ -45,6 +45,10 @@ type Deps struct {
 	// count as running until the write is back, so no cap is ever
 	// exceeded, and each ack is answered once it is durable.
 	OverlapAcks bool
+	// Beside runs an overlapped ack write (OverlapAcks) beside the actor;
+	// nil runs it on a goroutine of its own. The simulator runs it at a
+	// moment of its choosing, on its one thread, so a seed replays.
+	Beside func(write func())
 }
 
 // Fences tells whether this node owns a namespace and the fence its

@@ -662,8 +662,11 @@ func (s *Sim) kill(n *node) {
 				continue
 			}
 			sa.gone, sa.lost = true, true
+			sa.loseWrite(s)
 			for _, m := range sa.inbox {
-				s.logf("  lost %s", m.describe(s))
+				if !m.internal {
+					s.logf("  lost %s", m.describe(s))
+				}
 			}
 		}
 		clear(actorsThen)

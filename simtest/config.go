@@ -32,6 +32,12 @@ type Config struct {
 	// SQLite does (sqlite.Store.BeginStep); off, every write is its own
 	// transaction, as on PostgreSQL and Redis.
 	StepTx bool
+	// OverlapAcks writes acks beside the actors' next steps when they
+	// write call by call (actors.Deps.OverlapAcks, as a node on
+	// PostgreSQL or Redis does; ignored with StepTx). The simulator holds
+	// each such write for zero to two of its actor's steps, then runs it
+	// at the start of one.
+	OverlapAcks bool
 	// Pace paces the clients' quota refusals (actors.Deps.Pace); the
 	// seeds draw a pace far tighter than a node's, so refusals are held
 	// across crashes, moves and failed commits.
@@ -202,6 +208,9 @@ func RandomConfig(seed uint64, scale float64) Config {
 		// Half the seeds each way, without a draw: every other field of
 		// a seed's world stays what it was.
 		StepTx: seed%2 == 0,
+		// As a node does, but for one in four of the seeds that write
+		// call by call (seed%8 == 3, the odd seeds being those).
+		OverlapAcks: seed%8 != 3,
 	}
 	c.Duration = time.Duration(float64(between(6*time.Second, 16*time.Second)) * scale)
 	// Long enough for every lease to run out and be noticed.

@@ -30,7 +30,14 @@
 // in for faultStore and recStore, a step's writes reach the model only when
 // it commits, the commit itself may fail, and a failed call or commit rolls
 // the whole step back. The odd seeds write call by call, as on PostgreSQL
-// and Redis.
+// and Redis, and, as a node there does, all but one in four of them write
+// acks beside the actors' next steps (Config.OverlapAcks): the simulator
+// holds each such write (actors.Deps.Beside) for zero to two of its
+// actor's steps, then lands it before a step or inside one, after the
+// step took its messages and before it reads its counts, so its acksDone
+// message waits for the step after. An ack answered in a later step is
+// judged against the job as the step that took it saw it, and a job whose
+// ack is out keeps no lease (its lease ending meanwhile is no violation).
 //
 // Cluster mode (Config.Cluster, RandomClusterConfig, cluster.go) runs 2–3
 // nodes as one cluster on the shared store, as on PostgreSQL or Redis: each

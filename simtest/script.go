@@ -18,7 +18,7 @@ import (
 // scenarios of testdata/*.txt (in the manner of etcd-io/raft's interaction
 // tests). Each command answers with the trace lines it caused.
 //
-//	world ns=acme,beta nodes=1 ttl=2s bus=1ms qcap=q1:1 tcap=t1:1 attempts=q1:3
+//	world ns=acme,beta nodes=1 ttl=2s bus=1ms qcap=q1:1 tcap=t1:1 attempts=q1:3 overlap=2[,mid]
 //	quota acme [broadcast=lost|<delay>] {"max_pending":2} | clear | <raw text>
 //	enqueue acme [n=3] [queue=q1] [task=t1] [id=x] [unique=u] [debounce=d:1000] [delay=2s] [priority=1]
 //	event acme [name=ev]
@@ -159,6 +159,7 @@ func capMap(v string) (map[string]int64, error) {
 func (sc *Script) world(args []string) error {
 	kv, _ := opts(args)
 	cfg := ScriptConfig()
+	var hold *fixedHold
 	cfg.Bus.MinDelay, cfg.Bus.MaxDelay = time.Millisecond, time.Millisecond
 	var err error
 	for k, v := range kv {
@@ -179,6 +180,14 @@ func (sc *Script) world(args []string) error {
 			cfg.World.TaskCap, err = capMap(v)
 		case "attempts":
 			cfg.World.QueueAttempts, err = capMap(v)
+		case "overlap":
+			// overlap=<steps>[,mid]: acks written beside the steps, each
+			// write held for <steps> of its actor's steps (then landing
+			// before a step, or inside it with mid).
+			n, mid, _ := strings.Cut(v, ",")
+			cfg.OverlapAcks = true
+			hold = &fixedHold{mid: mid == "mid"}
+			hold.steps, err = strconv.Atoi(n)
 		case "triggers":
 			for _, t := range strings.Split(v, ",") {
 				q, tk, _ := strings.Cut(t, "/")
@@ -200,6 +209,7 @@ func (sc *Script) world(args []string) error {
 		return err
 	}
 	sc.s = s
+	sc.s.hold = hold
 	sc.s.echo = func(line string) { sc.out = append(sc.out, line) }
 	s.setup()
 	return nil

@@ -45,6 +45,9 @@ type Sim struct {
 	trace bytes.Buffer
 	// echo, when set, also receives each trace line (scripts).
 	echo func(string)
+	// hold, when set, fixes how overlapped ack writes are held (scripts);
+	// nil draws it for each write.
+	hold *fixedHold
 
 	db    *sqlite.Store
 	txf   *txFaults
@@ -305,6 +308,92 @@ type simActor struct {
 	tickAt    time.Time
 	gone      bool
 	lost      bool // gone in a crash, with what it held
+	// write is the overlapped ack write the actor started (held, not
+	// yet run), and hold how many more of its steps it waits.
+	write func()
+	hold  int
+	// armed: the held write lands inside this step (land), as a write
+	// that comes back while the actor is busy; its acksDone then waits
+	// for the next step.
+	armed, mid bool
+	// acking are the acks the actor took and has not answered yet, by
+	// job: with overlapped writes, those being written (or next).
+	acking map[string]*msgRec
+}
+
+// loseWrite drops a held ack write with the process that held it.
+func (sa *simActor) loseWrite(s *Sim) {
+	if sa.write != nil {
+		sa.write = nil
+		s.logf("  ack write of %s#%d lost", sa.ns, sa.inc)
+	}
+}
+
+// ackOut says whether another ack of job id, not m, is out on sa: taken,
+// not answered yet.
+func (sa *simActor) ackOut(id string, m *msgRec) bool {
+	o := sa.acking[id]
+	return o != nil && o != m
+}
+
+// fixedHold is how every overlapped ack write is held in a script:
+// steps of its actor, then landing before a step or inside it (mid).
+type fixedHold struct {
+	steps int
+	mid   bool
+}
+
+// holdWrite takes an overlapped ack write of the actor stepping now: it
+// lands in one of the actor's next three steps, before the step or
+// inside it (runWrite), as a write on another connection comes back a
+// while later.
+func (s *Sim) holdWrite(write func()) {
+	sa := s.cur.sa // the actor starts it inside its step
+	if sa.write != nil {
+		s.violate(InvStore, "%s#%d started an ack write while one was out", sa.ns, sa.inc)
+	}
+	if h := s.hold; h != nil {
+		sa.write, sa.hold, sa.mid = write, h.steps, h.mid
+	} else {
+		sa.write, sa.hold, sa.mid = write, s.rng.IntN(3), s.rng.IntN(2) == 0
+	}
+	s.logf("  ack write out, held for %d steps (mid-step %v)", sa.hold, sa.mid)
+}
+
+// runWrite runs sa's held ack write at the start of a step if its time
+// has come (or now, when force), or arms it to land inside the step:
+// either way its writes and answers are the step's. Its acksDone message
+// joins the mailbox behind what is there (a marker in the inbox mirrors
+// it).
+func (s *Sim) runWrite(sa *simActor, force bool) {
+	switch {
+	case sa.write == nil:
+	case force:
+		s.landWrite(sa, "before the step (stopping)")
+	case sa.hold > 0:
+		sa.hold--
+	case sa.mid:
+		sa.armed = true
+	default:
+		s.landWrite(sa, "before the step")
+	}
+}
+
+// land lands the current actor's armed write: called when the step
+// reads its quota (snapRec.Get) and once the step is over.
+func (s *Sim) land(when string) {
+	if st := s.cur; st != nil && st.sa.armed {
+		s.landWrite(st.sa, when)
+	}
+}
+
+func (s *Sim) landWrite(sa *simActor, when string) {
+	write := sa.write
+	sa.write, sa.armed = nil, false
+	s.stat("ack write beside the steps")
+	s.logf("  ack write lands %s", when)
+	write()
+	sa.inbox = append(sa.inbox, &msgRec{internal: true})
 }
 
 // bootNode gives n a fresh cache and no actors (a start or restart).
@@ -323,6 +412,10 @@ func (s *Sim) bootNode(n *node) {
 		IdleAfter: s.cfg.IdleAfter,
 		Seed:      s.cfg.Seed,
 		Pace:      s.cfg.Pace,
+		// Overlapped ack writes are held by the simulator, not run on a
+		// goroutine (holdWrite).
+		OverlapAcks: s.cfg.OverlapAcks,
+		Beside:      s.holdWrite,
 	}
 	n.actors = map[string]*simActor{}
 	n.bcastRev, n.seen = map[string]int64{}, map[string]int64{}
@@ -340,7 +433,7 @@ func (s *Sim) actor(n *node, ns string) *simActor {
 	s.inc[ns]++
 	inc := s.inc[ns]
 	rng := rand.New(rand.NewPCG(s.cfg.Seed^0x9e3779b97f4a7c15, uint64(inc)<<8|uint64(slices.Index(s.cfg.Namespaces, ns))))
-	sa := &simActor{ns: ns, n: n, inc: inc, a: actors.NewActor(ns, actors.NewCore(ns, rng), n.deps)}
+	sa := &simActor{ns: ns, n: n, inc: inc, a: actors.NewActor(ns, actors.NewCore(ns, rng), n.deps), acking: map[string]*msgRec{}}
 	n.actors[ns] = sa
 	s.logf("%s spawn %s#%d", n.name, ns, inc)
 	return sa
@@ -361,7 +454,7 @@ func (s *Sim) schedule(sa *simActor, t time.Time, timer bool) {
 			return
 		}
 		sa.scheduled = false
-		if timer && sa.a.Pending() == 0 && sa.a.Core().Idle(s.now, s.cfg.IdleAfter) {
+		if timer && sa.a.Pending() == 0 && !sa.a.AcksPending() && sa.a.Core().Idle(s.now, s.cfg.IdleAfter) {
 			s.stat("passivate")
 			s.logf("%s passivate %s#%d", sa.n.name, sa.ns, sa.inc)
 			sa.gone = true
@@ -374,24 +467,39 @@ func (s *Sim) schedule(sa *simActor, t time.Time, timer bool) {
 
 // step steps sa once at the current time and checks what it did.
 func (s *Sim) step(sa *simActor) {
+	s.stepForcing(sa, false)
+}
+
+// stepForcing is step; force runs a held ack write whatever its hold.
+func (s *Sim) stepForcing(sa *simActor, force bool) {
 	s.steps++
-	n := min(len(sa.inbox), maxDrain)
 	ctx := &stepCtx{
 		id: s.steps, sa: sa, ns: sa.ns, now: s.now,
-		msgs:    slices.Clone(sa.inbox[:n]),
 		claimed: map[string]*claimRec{},
 		updated: map[string][]*updRec{},
 		before:  map[string]*mjob{},
 	}
+	s.cur = ctx
+	s.runWrite(sa, force)
+	n := min(len(sa.inbox), maxDrain)
+	for _, m := range sa.inbox[:n] {
+		if !m.internal {
+			ctx.msgs = append(ctx.msgs, m)
+		}
+	}
 	sa.inbox = slices.Delete(sa.inbox, 0, n)
 	s.captureBefore(ctx)
-	s.cur = ctx
 	sa.a.Step(context.Background(), s.now)
+	s.land("after the step")
+	ctx.acksBehind = slices.ContainsFunc(sa.inbox, func(m *msgRec) bool { return m.internal })
 	s.cur = nil
 	for _, m := range ctx.msgs {
 		if m.moved {
 			m.moved = false // its next owner takes it
 			continue
+		}
+		if b, ok := m.body.(*api.AckRequest); ok && !m.replied {
+			sa.acking[b.ID], m.ackingAt = m, sa
 		}
 		if !m.replied && ctx.snapOK && !m.decided {
 			m.decided, m.decidedSnap, m.decidedBy, m.decidedAt = true, ctx.snap, sa, s.now
@@ -400,7 +508,11 @@ func (s *Sim) step(sa *simActor) {
 			}
 		}
 	}
-	s.logf("%s step %s#%d msgs=%d %s", sa.n.name, sa.ns, sa.inc, n, s.countsLine(sa))
+	done := ""
+	if len(ctx.msgs) < n {
+		done = " +acks written" // an overlapped ack write's acksDone
+	}
+	s.logf("%s step %s#%d msgs=%d%s %s", sa.n.name, sa.ns, sa.inc, len(ctx.msgs), done, s.countsLine(sa))
 	s.checkStep(ctx)
 	if ctx.delay > 0 {
 		s.now = s.now.Add(ctx.delay)
@@ -414,6 +526,11 @@ func (s *Sim) step(sa *simActor) {
 	}
 	if sa.a.Pending() > 0 {
 		s.schedule(sa, s.now, false)
+		return
+	}
+	if sa.write != nil {
+		// The write comes back a moment later, and wakes the actor.
+		s.schedule(sa, s.now.Add(time.Millisecond), false)
 		return
 	}
 	c := sa.a.Core()
@@ -444,8 +561,11 @@ func (s *Sim) crashNode(n *node) {
 	for _, ns := range s.sortedActors(n) {
 		sa := n.actors[ns]
 		sa.gone, sa.lost = true, true
+		sa.loseWrite(s)
 		for _, m := range sa.inbox {
-			s.logf("  lost %s", m.describe(s))
+			if !m.internal {
+				s.logf("  lost %s", m.describe(s))
+			}
 		}
 	}
 	s.bootNode(n)
@@ -455,8 +575,8 @@ func (s *Sim) crashNode(n *node) {
 // stopActor stops sa gracefully: it answers what it holds, parked claims
 // with no jobs, as actors.System.Stop does.
 func (s *Sim) stopActor(sa *simActor) {
-	for sa.a.Pending() > 0 && !s.halted {
-		s.step(sa)
+	for (sa.a.Pending() > 0 || sa.a.AcksPending()) && !s.halted {
+		s.stepForcing(sa, true)
 	}
 	for _, w := range sa.a.Core().DropWaiters() {
 		w.Msg.Reply(api.ClaimReply{Jobs: []api.Job{}}, nil)
@@ -527,6 +647,20 @@ type msgRec struct {
 	timedOut  bool
 	reply     any
 	err       *api.Error
+
+	// internal marks the place of an overlapped ack write's acksDone
+	// message in an actor's inbox; no client sent it.
+	internal bool
+	// taken is the model's view of the job an ack names, at the start of
+	// the step that took the ack, with that step's time, whether the
+	// step named the job once and whether it owned the namespace: an
+	// overlapped ack is answered in a later step.
+	taken      *mjob
+	takenAt    time.Time
+	takenOnce  bool
+	takenOwned bool
+	// ackingAt is the actor that took this ack and has not answered it.
+	ackingAt *simActor
 
 	onReply   func(body any, err *api.Error)
 	onTimeout func()
@@ -638,6 +772,11 @@ func (s *Sim) nodeReply(m *msgRec, body any, err *api.Error) {
 		return
 	}
 	m.replied, m.reply, m.err = true, body, err
+	if sa := m.ackingAt; sa != nil {
+		if b := m.body.(*api.AckRequest); sa.acking[b.ID] == m {
+			delete(sa.acking, b.ID)
+		}
+	}
 	if err != nil {
 		s.stat(fmt.Sprintf("%s refused %s %s", m.op, err.Code, err.Reason))
 	}
