@@ -111,6 +111,8 @@ type Actor struct {
 	// acks decided meanwhile, written next as one.
 	acksOut  chan struct{}
 	acksNext *UpdatePlan
+	// acksOutPlan is the plan being written (while acksOut is not nil).
+	acksOutPlan *UpdatePlan
 }
 
 // acksDone is the message an overlapped ack write posts to its actor's
@@ -175,7 +177,7 @@ func (a *Actor) Step(ctx context.Context, now time.Time) {
 				if _, ok := m.Body.(*acksDone); ok && m.Op == opAcksDone {
 					// Answered already; the acks decided since are not
 					// written (the core that decided them is gone).
-					a.acksOut = nil
+					a.acksOut, a.acksOutPlan = nil, nil
 					if a.acksNext != nil {
 						a.acksNext.answer(internal)
 						a.acksNext = nil
@@ -235,7 +237,7 @@ func (a *Actor) writeAcks(ctx context.Context, p UpdatePlan) {
 		return
 	}
 	out := make(chan struct{})
-	a.acksOut = out
+	a.acksOut, a.acksOutPlan = out, &p
 	p.Params.Fence = a.fence
 	write := func() {
 		defer close(out)
@@ -267,7 +269,7 @@ func (a *Actor) acksWritten(ctx context.Context, msgs []*Message) []*Message {
 			a.log.Warn("ack write failed", "err", d.err)
 		}
 		a.core.AcksDone(d.plan, d.applied, d.err)
-		a.acksOut = nil
+		a.acksOut, a.acksOutPlan = nil, nil
 		if next := a.acksNext; next != nil {
 			a.acksNext = nil
 			a.writeAcks(ctx, *next)
@@ -402,6 +404,11 @@ func (a *Actor) load(ctx context.Context, now time.Time) error {
 		return err
 	}
 	a.core.Load(counts, running, now)
+	// Acks being written, or to be written next, still hold their jobs:
+	// the store may show them running a while yet, and their leases
+	// must not run out under them.
+	a.core.KeepAcking(a.acksOutPlan)
+	a.core.KeepAcking(a.acksNext)
 	return nil
 }
 

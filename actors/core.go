@@ -727,6 +727,21 @@ func (c *Core) SplitAcks(p *UpdatePlan) UpdatePlan {
 	return out
 }
 
+// KeepAcking marks the running jobs p completes (a plan of SplitAcks
+// still to be written or answered) as acking again after a Load: their
+// writes may land any moment, so nothing else may touch them, and their
+// leases do not run out meanwhile. p may be nil.
+func (c *Core) KeepAcking(p *UpdatePlan) {
+	if p == nil {
+		return
+	}
+	for _, e := range p.entries {
+		if ri := c.running[e.id]; ri != nil && ri.attempt == e.info.attempt {
+			ri.acking = true
+		}
+	}
+}
+
 // Len is how many job writes the plan holds.
 func (p *UpdatePlan) Len() int { return len(p.entries) }
 

@@ -290,3 +290,38 @@ func TestAcksDoneAfterAReloadLeavesTheCountsToTheStore(t *testing.T) {
 		t.Errorf("after b's ack: loaded %v, running %d; want true and 0", c.Loaded(), c.Running())
 	}
 }
+
+// The counts read again while an ack is out (after a failed write, say)
+// still hold the acked job out of reach: its lease running out before the
+// write lands does not expire it, and the ack, taken in time, completes
+// it. (Found by the simulator, seed 797.)
+func TestOverlappedAckSurvivesAReload(t *testing.T) {
+	a, gate, st := overlapActor(t, `{}`)
+	ctx := context.Background()
+	now := time.Unix(1_000_000, 0)
+	if got := stepOnce(t, a, now, OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t"}}}); len(*got) != 1 || (*got)[0].err != nil {
+		t.Fatalf("enqueue: %+v", *got)
+	}
+	got := stepOnce(t, a, now, OpClaim, &api.ClaimRequest{Queues: []string{"q"}, Max: 1, LeaseMS: 1000})
+	if len(*got) != 1 || (*got)[0].err != nil || len((*got)[0].body.(api.ClaimReply).Jobs) != 1 {
+		t.Fatalf("claim of a: %+v", *got)
+	}
+	gate.armed.Store(true)
+	ackCh := make(chan answer, 1)
+	a.Send(&Message{Op: OpAck, Body: &api.AckRequest{ID: "a", Attempt: 1}, Reply: func(b any, e *api.Error) { ackCh <- answer{b, e} }})
+	a.Step(ctx, now)
+	<-gate.entered
+
+	a.core.Unload()                     // a write of the step failed: the counts are read again
+	a.Step(ctx, now.Add(2*time.Second)) // past a's lease
+	close(gate.release)
+	acksBack(t, a)
+	if ans := <-ackCh; ans.err != nil {
+		t.Fatalf("the ack, taken while a's lease ran: %v", ans.err)
+	}
+	a.Step(ctx, now.Add(2*time.Second))
+	j, err := st.JobGet(ctx, "acme", "a")
+	if err != nil || j.Status != api.StatusCompleted || j.Attempt != 1 {
+		t.Fatalf("a after its ack: %+v, %v; want completed at attempt 1", j, err)
+	}
+}
