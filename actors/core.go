@@ -54,6 +54,14 @@ type Core struct {
 	// after each claim that promoted).
 	promoteAt    time.Time
 	promoteKnown bool
+	// heads holds, per queue, a place in dispatch order no available job
+	// of the queue sorts before (store.JobClaimManyParams.Head): a claim
+	// that took the queue's head moves it past what it took, and only an
+	// enqueue can put a job before it, which moves it back. Anything else
+	// that makes a job available (a claim's promotion of due delayed
+	// jobs, a release, a retry, a replay, a coalesced debounce), a failed
+	// write or a reload forgets it.
+	heads map[string]store.JobPos
 	// dirty says something may have made a parked claim satisfiable.
 	dirty      bool
 	lastActive time.Time
@@ -118,6 +126,7 @@ func (c *Core) Load(counts store.Counts, running []store.Job, now time.Time) {
 		c.watchLease(j.LeaseUntil)
 	}
 	c.loaded = true
+	c.heads = nil
 	c.dirty = true
 	c.nextWake = time.Time{}
 	c.promoteKnown = false
@@ -128,7 +137,17 @@ func (c *Core) Load(counts store.Counts, running []store.Job, now time.Time) {
 
 // Unload forgets the counts: after a store error the core cannot know what
 // landed, so it reloads before its next decision.
-func (c *Core) Unload() { c.loaded = false }
+func (c *Core) Unload() {
+	c.loaded = false
+	c.heads = nil
+}
+
+// lowerHead moves queue's head back to pos if pos sorts before it.
+func (c *Core) lowerHead(queue string, pos store.JobPos) {
+	if h, ok := c.heads[queue]; ok && pos.Before(h) {
+		c.heads[queue] = pos
+	}
+}
 
 // Pending and Running report the counts.
 func (c *Core) Pending() int64 { return c.pending }
@@ -360,11 +379,22 @@ func (c *Core) EnqueueDone(p *EnqueuePlan, results [][]api.EnqueueResult, err er
 		return
 	}
 	c.pending = p.undoPending
-	for _, res := range results {
-		for _, r := range res {
-			if r.Outcome == api.OutcomeEnqueued {
+	for i, res := range results {
+		for k, r := range res {
+			switch r.Outcome {
+			case api.OutcomeEnqueued:
 				c.pending++
 				c.dirty = true
+				if call := &p.Params.Calls[i]; k < len(call.Jobs) {
+					// A new job's seq is above every stored one: before
+					// its place, only its priority and run_at can put it.
+					j := &call.Jobs[k]
+					c.lowerHead(j.Queue, store.JobPos{Priority: j.Priority, RunAt: j.RunAt.Truncate(time.Microsecond)})
+				} else {
+					c.heads = nil // a replayed dead letter, back at its old place
+				}
+			case api.OutcomeCoalesced:
+				c.heads = nil // a pending job took a new run_at
 			}
 		}
 	}
@@ -478,6 +508,12 @@ func (c *Core) PlanClaims(calls []*ClaimCall, now time.Time) ClaimPlan {
 		}
 	}
 	if !lim.Binds(&c.counts, queues, total) {
+		// Promoting could put due delayed jobs before the head.
+		if q, ok := p.Params.OneQueueUngated(); ok && p.Params.NoPromote && len(p.Params.ExcludeTasks) == 0 {
+			if h, known := c.heads[q]; known {
+				p.Params.Head = &h
+			}
+		}
 		return p
 	}
 	scratch := dispatch.Counts{Running: c.counts.Running}
@@ -509,6 +545,30 @@ func (c *Core) ClaimDone(p *ClaimPlan, results [][]store.Job, err error) {
 	if err != nil {
 		c.Unload()
 		return
+	}
+	if !p.Params.NoPromote {
+		// Due delayed jobs of the group's queues became available, at
+		// their places.
+		for _, spec := range p.Params.Claims {
+			for _, q := range spec.Queues {
+				delete(c.heads, q)
+			}
+		}
+	}
+	if q, ok := p.Params.OneQueueUngated(); ok && len(p.Params.ExcludeTasks) == 0 {
+		// It took the queue's first available jobs, due delayed ones it
+		// promoted included: what is left sorts after the last.
+		for _, jobs := range results {
+			for i := range jobs {
+				pos := store.PosOf(&jobs[i])
+				if h, known := c.heads[q]; !known || h.Before(pos) {
+					if c.heads == nil {
+						c.heads = map[string]store.JobPos{}
+					}
+					c.heads[q] = pos
+				}
+			}
+		}
 	}
 	for _, jobs := range results {
 		for _, j := range jobs {
@@ -882,6 +942,7 @@ func (c *Core) UpdatesDone(p *UpdatePlan, applied []bool, err error) []UpdateRep
 		case store.UpdateRetry, store.UpdateRelease:
 			c.pending++
 			c.wakeAt(e.runAt)
+			delete(c.heads, e.info.queue) // available again, at its old place
 		}
 		delete(c.running, e.id)
 		c.counts.Add(e.info.queue, e.info.task, -1)

@@ -389,3 +389,69 @@ func TestNewEnqueueCallResolvesAndBoundsTimes(t *testing.T) {
 		}
 	}
 }
+
+func TestClaimsStartAtTheQueuesKnownHead(t *testing.T) {
+	c := newTestCore(t, `{}`)
+	c.SetPromoteTime(time.Time{}, false) // no delayed jobs
+	c.pending = 100
+	claim := func() ClaimPlan {
+		return c.PlanClaims([]*ClaimCall{{Req: api.ClaimRequest{Queues: []string{"q"}, Max: 2, LeaseMS: 1000}}}, t0)
+	}
+	job := func(id string, prio int64, seq int64) store.Job {
+		return store.Job{ID: id, Queue: "q", Task: "t", Priority: prio, RunAt: t0, Seq: seq, Attempt: 1, LeaseUntil: t0.Add(time.Second)}
+	}
+	p := claim()
+	if p.Params.Head != nil {
+		t.Fatal("a first claim starts from a head nothing told the core")
+	}
+	c.ClaimDone(&p, [][]store.Job{{job("a", 0, 7), job("b", 0, 9)}}, nil)
+	p = claim()
+	if h := p.Params.Head; h == nil || h.Seq != 9 || h.Priority != 0 || !h.RunAt.Equal(t0) {
+		t.Fatalf("after claiming seq 7 and 9 the head is %+v, want priority 0, run_at t0, seq 9", h)
+	}
+	// A claim on another queue knows nothing of it.
+	if o := c.PlanClaims([]*ClaimCall{{Req: api.ClaimRequest{Queues: []string{"other"}, Max: 1}}}, t0); o.Params.Head != nil {
+		t.Fatal("a head of q used for queue other")
+	}
+	// A new job of higher priority goes before the head: it moves back.
+	e := c.PlanEnqueue([]*EnqueueCall{call(c, api.Job{Queue: "q", Task: "t", Priority: 5})}, t0)
+	c.EnqueueDone(&e, results(&e, nil), nil, t0)
+	p = claim()
+	if h := p.Params.Head; h == nil || h.Priority != 5 || h.Seq != 0 {
+		t.Fatalf("after enqueueing a priority-5 job the head is %+v, want priority 5 seq 0", h)
+	}
+	c.ClaimDone(&p, [][]store.Job{{job("c", 5, 12), job("d", 0, 10)}}, nil)
+	if h := claim().Params.Head; h == nil || h.Seq != 10 || h.Priority != 0 {
+		t.Fatalf("after claiming seq 12 (priority 5) and 10 the head is %+v, want priority 0 seq 10", h)
+	}
+	// A release puts a job back at its old place: the head is forgotten.
+	rel := c.PlanUpdates([]*UpdateCall{{Msg: &Message{Body: &api.NackRequest{ID: "a", Release: true}}}}, t0)
+	if len(rel.Params.Updates) != 1 || rel.Params.Updates[0].Kind != store.UpdateRelease {
+		t.Fatalf("release planned as %+v", rel.Params.Updates)
+	}
+	c.UpdatesDone(&rel, []bool{true}, nil)
+	c.SetPromoteTime(time.Time{}, false) // as if the store said nothing is delayed
+	if h := claim().Params.Head; h != nil {
+		t.Fatalf("after a release the head is still %+v", h)
+	}
+	// Promoting due delayed jobs forgets it too, and so does a failed write.
+	p = claim()
+	c.ClaimDone(&p, [][]store.Job{{job("e", 0, 20)}}, nil)
+	c.wakeAt(t0)
+	if p = claim(); p.Params.NoPromote || p.Params.Head != nil {
+		t.Fatalf("a claim that promotes used head %+v", p.Params.Head)
+	}
+	c.ClaimDone(&p, [][]store.Job{{job("f", 0, 21)}}, nil)
+	c.SetPromoteTime(time.Time{}, false)
+	if h := claim().Params.Head; h == nil || h.Seq != 21 {
+		t.Fatalf("after a promoting claim took seq 21 the head is %+v", h)
+	}
+	p = claim()
+	c.ClaimDone(&p, nil, errors.New("store down"))
+	c.Load(store.Counts{}, nil, t0)
+	c.SetPromoteTime(time.Time{}, false)
+	c.pending = 100
+	if h := claim().Params.Head; h != nil {
+		t.Fatalf("after a failed claim and a reload the head is %+v", h)
+	}
+}

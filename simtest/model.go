@@ -44,6 +44,10 @@ type mjob struct {
 	uniqueKey   string
 	debounceKey string
 	payload     string
+	// n is the job's place in its namespace's creation order, the order
+	// of the store's seq; seq is the store's, once a claim returned it.
+	n   int
+	seq int64
 }
 
 // storedRunAt is run_at as the store keeps it: to the microsecond (see
@@ -167,6 +171,7 @@ func (n *nsModel) maxAttempts(j *mjob) int64 {
 
 func (n *nsModel) add(j *mjob) {
 	n.jobs[j.id] = j
+	j.n = len(n.order)
 	n.order = append(n.order, j)
 	n.count(j, 1)
 }

@@ -653,6 +653,7 @@ func (s *Sim) applyClaims(st *stepCtx, w *writeRec, p store.JobClaimManyParams, 
 		s.violate(InvStore, "claim of %d claims answered %d results", len(p.Claims), len(res))
 		return
 	}
+	s.checkHead(nm, p)
 	total := 0
 	queues, tasks := map[string]bool{}, map[string]bool{}
 	for ci, spec := range p.Claims {
@@ -684,7 +685,7 @@ func (s *Sim) applyClaims(st *stepCtx, w *writeRec, p store.JobClaimManyParams, 
 				s.violate(InvAttempt, "job %s claimed at attempt %d after attempt %d", s.alias(sj.ID), sj.Attempt, j.attempt)
 			}
 			nm.setStatus(j, api.StatusRunning)
-			j.attempt, j.leaseUntil = sj.Attempt, spec.LeaseUntil
+			j.attempt, j.leaseUntil, j.seq = sj.Attempt, spec.LeaseUntil, sj.Seq
 			queues[j.queue], tasks[j.task] = true, true
 			st.claimed[sj.ID] = &claimRec{worker: spec.Worker, attempt: sj.Attempt, w: w}
 		}
@@ -716,6 +717,46 @@ func (s *Sim) applyClaims(st *stepCtx, w *writeRec, p store.JobClaimManyParams, 
 	for _, tn := range sortedKeys(tasks) {
 		if ts, ok := st.snap.Tasks[tn]; ok && ts.MaxConcurrent != nil && nm.runT[tn] > *ts.MaxConcurrent {
 			s.violate(InvRunningCap, "%s: a claim made task %s run %d > max_concurrent %d", nm.name, tn, nm.runT[tn], *ts.MaxConcurrent)
+		}
+	}
+}
+
+// checkHead checks a claim's head (JobClaimManyParams.Head): no job of
+// its queue that the claim could hand out sorts before it. SQLite does
+// not use it; PostgreSQL starts its scan there, so a head past a job
+// would leave that job behind.
+func (s *Sim) checkHead(nm *nsModel, p store.JobClaimManyParams) {
+	h := p.Head
+	if h == nil {
+		return
+	}
+	q, ok := p.OneQueueUngated()
+	if !ok || len(p.ExcludeTasks) > 0 || !p.NoPromote {
+		s.violate(InvStore, "a claim head on a group that may not use one")
+		return
+	}
+	s.stat("claim from a known head")
+	// The job at the head, if a claim returned it: seq ties break by the
+	// creation order, which is the store's seq order.
+	at := -1
+	if h.Seq != 0 {
+		for _, j := range nm.order {
+			if j.seq == h.Seq {
+				at = j.n
+				break
+			}
+		}
+	}
+	for _, j := range nm.order {
+		if j.queue != q || j.status != api.StatusPending || j.shed || j.runAt.After(p.Now) {
+			continue
+		}
+		before := j.priority > h.Priority ||
+			j.priority == h.Priority && (j.runAt.Before(h.RunAt) || j.runAt.Equal(h.RunAt) && h.Seq != 0 && (at < 0 || j.n < at))
+		if before {
+			s.violate(InvStore, "a claim of queue %s starts at its head (priority %d, run_at +%s, seq %d), past %s (priority %d, run_at +%s), which is available",
+				q, h.Priority, fmtDur(h.RunAt.Sub(epoch)), h.Seq, s.alias(j.id), j.priority, fmtDur(j.runAt.Sub(epoch)))
+			return
 		}
 	}
 }

@@ -233,6 +233,37 @@ type JobClaimManyParams struct {
 	// takes. A job not taken is left untouched (its attempt too). Nil takes
 	// everything.
 	Allow func(queue, task string) ClaimVerdict
+	// Head, when set on a group OneQueueUngated allows, is where the
+	// queue's available jobs start: none sorts before it in dispatch
+	// order (the caller, which writes every change to the namespace's
+	// jobs, knows). A backend may start its scan there; PostgreSQL does,
+	// since its index keeps the entries of claimed jobs until vacuum and
+	// a scan from the queue's start walks them all.
+	Head *JobPos
+}
+
+// JobPos is a place in a queue's dispatch order: priority descending,
+// then run_at (to the microsecond, as stored), then Seq.
+type JobPos struct {
+	Priority int64
+	RunAt    time.Time
+	Seq      int64
+}
+
+// PosOf is j's place in its queue's dispatch order.
+func PosOf(j *Job) JobPos {
+	return JobPos{Priority: j.Priority, RunAt: j.RunAt.Truncate(time.Microsecond), Seq: j.Seq}
+}
+
+// Before reports whether p sorts before q in dispatch order.
+func (p JobPos) Before(q JobPos) bool {
+	switch {
+	case p.Priority != q.Priority:
+		return p.Priority > q.Priority
+	case !p.RunAt.Equal(q.RunAt):
+		return p.RunAt.Before(q.RunAt)
+	}
+	return p.Seq < q.Seq
 }
 
 // OneQueueUngated returns the queue of a group that a backend may hand out

@@ -463,6 +463,34 @@ const claimHeadSQL = `WITH head AS (
 	WHERE seq = head.hseq
 	RETURNING head.slot, ` + jobCols
 
+// claimFromHeadSQL is claimHeadSQL for a group that knows where the
+// queue's available jobs start (Params.Head: its priority, run_at and
+// seq in $6, $7, $8). The claim index keeps an entry for every job claimed
+// since the last vacuum, at the queue's start, and a scan from there
+// walks them all: under a steady load, tens of thousands, more and more
+// until autovacuum comes. This one starts at the head: the jobs of its
+// priority from its run_at and seq on (a row comparison the index
+// answers), then, only for the slots left, those of lower priorities.
+const claimFromHeadSQL = `WITH a AS (
+		SELECT seq, priority, run_at FROM jobs
+		WHERE namespace = $1 AND queue = $2 AND status = 0 AND priority = $6 AND (run_at, seq) >= ($7, $8)
+		ORDER BY run_at, seq
+		LIMIT $3
+		FOR UPDATE SKIP LOCKED),
+	b AS (
+		SELECT seq, priority, run_at FROM jobs
+		WHERE namespace = $1 AND queue = $2 AND status = 0 AND priority < $6
+		ORDER BY priority DESC, run_at, seq
+		LIMIT $3 - (SELECT count(*) FROM a)
+		FOR UPDATE SKIP LOCKED),
+	head AS (
+		SELECT seq AS hseq, row_number() OVER (ORDER BY priority DESC, run_at, seq) AS slot
+		FROM (SELECT * FROM a UNION ALL SELECT * FROM b) h)
+	UPDATE jobs SET status = 1, attempt = attempt + 1, lease_until = ($4::bigint[])[head.slot], worker = ($5::text[])[head.slot]
+	FROM head
+	WHERE seq = head.hseq
+	RETURNING head.slot, ` + jobCols
+
 // queueClaimHead queues claimHeadSQL for the group: claim after claim,
 // each gets the next of the head's jobs up to its Max, in dispatch order,
 // as the scan of the general path would give them.
@@ -491,8 +519,11 @@ func queueClaimHead(t *txn, p *store.JobClaimManyParams, queue string, out [][]s
 	if exclude == nil {
 		exclude = []string{}
 	}
-	args := []any{p.Namespace, queue, exclude, len(owner), leases, workers, int64(math.MaxInt64)}
-	t.query(claimHeadSQL, args, func(rows pgx.Rows) error {
+	sql, args := claimHeadSQL, []any{p.Namespace, queue, exclude, len(owner), leases, workers, int64(math.MaxInt64)}
+	if h := p.Head; h != nil && len(exclude) == 0 {
+		sql, args = claimFromHeadSQL, []any{p.Namespace, queue, len(owner), leases, workers, h.Priority, runAtMicros(h.RunAt), h.Seq}
+	}
+	t.query(sql, args, func(rows pgx.Rows) error {
 		bySlot := make([]store.Job, len(owner))
 		got := make([]bool, len(owner))
 		for rows.Next() {

@@ -208,6 +208,40 @@ func exerciseClaim(t *testing.T, newStore Factory) {
 		}
 	})
 
+	// A claim given the queue's head (where its available jobs start, as
+	// the actor knows it) hands out what it would from the queue's start:
+	// the head's priority from the head on, then lower priorities.
+	t.Run("OneQueueGroupFromItsHead", func(t *testing.T) {
+		fixture := func(t *testing.T, s store.Store) {
+			orderFixture(t, s)
+			mustEnqueue(t, s, nsA, at(-time.Hour),
+				with(newJob("q2-five"), func(j *store.NewJob) { j.Queue = "q2"; j.Priority = 5; j.RunAt = at(-time.Second) }), // b's priority and run_at, later Seq
+				with(newJob("q2-low"), func(j *store.NewJob) { j.Queue = "q2"; j.Priority = -3; j.RunAt = at(-time.Hour) }),
+				with(newJob("q2-zero"), func(j *store.NewJob) { j.Queue = "q2"; j.RunAt = at(-2 * time.Second) }),
+			)
+		}
+		spec := func(max int) []store.ClaimSpec {
+			return []store.ClaimSpec{{Queues: []string{"q2"}, Max: max, LeaseUntil: at(time.Minute), Worker: "w"}}
+		}
+		for _, first := range []int{1, 2, 3, 5} {
+			for _, max := range []int{1, 2, 10} {
+				ref, s := newStore(t, nil), newStore(t, nil)
+				fixture(t, ref)
+				fixture(t, s)
+				// The first claim makes the due delayed jobs available.
+				took := claim(t, s, store.JobClaimManyParams{Namespace: nsA, Now: base, Claims: spec(first)})[0]
+				claim(t, ref, store.JobClaimManyParams{Namespace: nsA, Now: base, Claims: spec(first)})
+				head := store.PosOf(&took[len(took)-1])
+				heads := []store.JobPos{head, {Priority: head.Priority, RunAt: head.RunAt}} // as a claim leaves it, as an enqueue lowers it
+				want := ids(claim(t, ref, store.JobClaimManyParams{Namespace: nsA, Now: base, NoPromote: true, Claims: spec(max)})[0])
+				got := ids(claim(t, s, store.JobClaimManyParams{Namespace: nsA, Now: base, NoPromote: true, Claims: spec(max), Head: &heads[(first+max)%2]})[0])
+				if fmt.Sprint(got) != fmt.Sprint(want) || len(want) == 0 {
+					t.Errorf("after %v, from head %+v: claim of %d got %v, from the start %v", ids(took), heads[(first+max)%2], max, got, want)
+				}
+			}
+		}
+	})
+
 	t.Run("OneQueueGroupTakesNoMoreThanItsMax", func(t *testing.T) {
 		for _, specs := range [][]store.ClaimSpec{
 			{{Queues: []string{"q"}, Max: 3, LeaseUntil: at(time.Minute), Worker: "w"}},
