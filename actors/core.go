@@ -615,10 +615,16 @@ func (c *Core) Waiters(now time.Time) (retry, expired []*ClaimCall) {
 	keep := c.waiters[:0]
 	for _, w := range c.waiters {
 		switch {
-		case !now.Before(w.Deadline) || w.Msg.Gone():
+		case !now.Before(w.Deadline) || w.Msg.cancelled():
 			expired = append(expired, w)
 		case c.dirty:
-			retry = append(retry, w)
+			// Whether its caller still listens is asked only now, as it
+			// may be given jobs.
+			if w.Msg.Gone() {
+				expired = append(expired, w)
+			} else {
+				retry = append(retry, w)
+			}
 		default:
 			keep = append(keep, w)
 		}

@@ -353,6 +353,35 @@ func TestSnapshotChangeWakesParkedClaims(t *testing.T) {
 	_ = cachebust.Snapshot{}
 }
 
+// A parked claim whose caller no longer listens is answered with nothing
+// when it would be tried again, and its listener is asked only then, not
+// at every step.
+func TestAParkedClaimWhoseCallerLeftIsNotTriedAgain(t *testing.T) {
+	c := newTestCore(t, `{}`)
+	listening, asked := true, 0
+	w := &ClaimCall{Msg: &Message{Listening: func() bool { asked++; return listening }}, Deadline: t0.Add(time.Minute)}
+	c.Park([]*ClaimCall{w}, time.Time{}, false)
+	if retry, _ := c.Waiters(t0); len(retry) != 1 {
+		t.Fatal("a listening waiter was not tried after a load")
+	}
+	c.Park([]*ClaimCall{w}, time.Time{}, false)
+	listening = false
+	asked = 0
+	for range 3 {
+		if retry, expired := c.Waiters(t0); len(retry)+len(expired) != 0 {
+			t.Fatal("nothing changed, yet the waiter was taken")
+		}
+	}
+	if asked != 0 {
+		t.Fatalf("asked whether its caller listens %d times while nothing changed", asked)
+	}
+	c.Poll()
+	retry, expired := c.Waiters(t0)
+	if len(retry) != 0 || len(expired) != 1 || asked != 1 {
+		t.Fatalf("a waiter whose caller left: retried %d, expired %d, asked %d", len(retry), len(expired), asked)
+	}
+}
+
 // docs/protocol.md: a time out of bounds refuses the whole call naming the field,
 // and a long delay in bounds is resolved exactly (a time.Duration of
 // nanoseconds would overflow past 292 years).

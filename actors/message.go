@@ -77,6 +77,14 @@ type Message struct {
 	// gone is given no job: nobody would work it, and its lease would run
 	// out with an attempt spent.
 	Done <-chan struct{}
+	// Listening, when not nil, says whether anybody still listens for the
+	// answer: on a node with an embedded NATS server, the interest in a
+	// claim's reply subject, which ends when its client's connection
+	// closes. A claim parked by a process that exited is then given no
+	// job instead of jobs nobody will work until their leases run out.
+	// It is asked only when a parked claim is tried again or jobs are
+	// about to go out: a lookup in the server's subscription table.
+	Listening func() bool
 	// OwnerBy, once set, ends the call's wait for its namespace's owner
 	// (a hand-over, a failover, nodes disagreeing), on whichever nodes it
 	// waits (bus): zero until it first waits.
@@ -135,8 +143,15 @@ func (b *outbox) release(failed *api.Error) {
 // Replied reports whether the message has been answered.
 func (m *Message) Replied() bool { return m.replied.Load() }
 
-// Gone reports whether the caller has stopped waiting (Done is closed).
+// Gone reports whether the caller has stopped waiting: Done is closed, or
+// nobody listens for the answer any more (Listening).
 func (m *Message) Gone() bool {
+	return m.cancelled() || (m.Listening != nil && !m.Listening())
+}
+
+// cancelled reports whether Done is closed: cheap enough to ask of every
+// parked claim at every step.
+func (m *Message) cancelled() bool {
 	if m.Done == nil {
 		return false
 	}

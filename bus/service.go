@@ -207,6 +207,18 @@ const (
 // interest (server.Account.SubscriptionInterest).
 func (s *Service) SetInterest(f func(subject string) bool) { s.interest = f }
 
+// listening is a claim's actors.Message.Listening: with an embedded
+// server, whether the client still listens on the reply subject (its
+// interest, which the routes carry to every node of a cluster, ends when
+// its connection closes). Without one, or for other calls, nil.
+func (s *Service) listening(op actors.Op, reply string) func() bool {
+	if op != actors.OpClaim || s.interest == nil || reply == "" {
+		return nil
+	}
+	interest := s.interest
+	return func() bool { return interest(reply) }
+}
+
 // forwardable says a call can be forwarded to owner now.
 func (s *Service) forwardable(owner string) bool {
 	if owner == "" || owner == s.nodeID {
@@ -397,9 +409,10 @@ func (s *Service) handle(op actors.Op, act auth.Action, newBody func() validator
 			}
 		}
 		s.sender.Send(p.Namespace, &actors.Message{
-			Op:    op,
-			Body:  v.body(),
-			Paced: true,
+			Op:        op,
+			Body:      v.body(),
+			Paced:     true,
+			Listening: s.listening(op, reply),
 			Reply: func(body any, e *api.Error) {
 				defer s.inflight.Add(-1)
 				s.publishReply(reply, named, body, e)
