@@ -1234,3 +1234,71 @@ func TestClusterNATSClaimLeftByItsCallerTakesNoJob(t *testing.T) {
 		}
 	})
 }
+
+// A long poll whose client's connection closes while it waits (its
+// process exited) takes no job, though nothing told the owner: before
+// trying it again the owner asks its server whether anybody still listens
+// on the claim's reply subject, and the routes carry that from the node
+// the client was on. The job goes to the next claim at its first attempt.
+func TestClusterNATSClaimOfAClosedConnectionTakesNoJob(t *testing.T) {
+	eachSharedBackend(t, func(t *testing.T) {
+		c := startCluster(t, 3)
+		prod, work := c.token("acme", "producer"), c.token("acme", "worker")
+		owner, others := c.ownerOf("acme", c.members)
+		via := others[0]
+
+		gone, err := nats.Connect(via.natsURL(), client.ConnectOptions(work)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gone.Close()
+		claim := func(waitMS int) (*nats.Subscription, string) {
+			t.Helper()
+			inbox := gone.NewInbox()
+			sub, err := gone.SubscribeSync(inbox)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := &nats.Msg{Subject: api.SubjectClaim, Reply: inbox, Header: nats.Header{},
+				Data: fmt.Appendf(nil, `{"queues":["q"],"max":1,"wait_ms":%d,"lease_ms":60000}`, waitMS)}
+			m.Header.Set(api.HeaderAuthorization, "Bearer "+work)
+			if err := gone.PublishMsg(m); err != nil {
+				t.Fatal(err)
+			}
+			return sub, inbox
+		}
+		_, parked := claim(60_000)
+		// A claim sent after it on the same connection takes the same
+		// path to the owner's actor: once it is answered, the first is
+		// parked there.
+		answer, _ := claim(0)
+		if m, err := answer.NextMsg(20 * time.Second); err != nil || string(m.Data) != `{"jobs":[]}` {
+			t.Fatalf("the claim behind the parked one: %v, %v", m, err)
+		}
+		gone.Close()
+		// Wait until the owner's server has heard, through the routes,
+		// that nobody listens on the parked claim's reply subject: a
+		// request there then gets "no responders".
+		spy, err := nats.Connect(owner.natsURL(), nats.Token(clusterSecret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer spy.Close()
+		waitUntil(t, "the owner's server forgets the closed connection's inbox", func() bool {
+			_, err := spy.Request(parked, nil, time.Second)
+			return errors.Is(err, nats.ErrNoResponders)
+		})
+
+		p, w := c.clients(prod, via)[0], c.clients(work, via)[0]
+		if _, err := p.Enqueue(ctx(t), job("q", "t")); err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := w.Claim(ctx(t), api.ClaimRequest{Queues: []string{"q"}, Max: 1, WaitMS: 10_000, LeaseMS: 60_000})
+		if err != nil || len(jobs) != 1 || jobs[0].Attempt != 1 {
+			t.Fatalf("the next claim: %+v, %v; want the job at its first attempt; the nodes' logs:\n%s", jobs, err, c.logs())
+		}
+		if n := c.metric(owner, `flexiq_jobs_claimed_total{namespace="acme"}`); n != 1 {
+			t.Fatalf("the owner handed out %v jobs, want 1: the closed connection's claim took one", n)
+		}
+	})
+}
