@@ -79,9 +79,15 @@
 // 16 hex digits of the priority (sign bit flipped, then complemented so
 // higher comes first), 16 of run_at in Unix nanoseconds (sign bit
 // flipped; see runAtKey), 16 of Seq, then the task's length (4 hex digits),
-// the task and the id. The job hash keeps its member (field am) so a script
-// can find and re-key it; a claim reads tasks and ids straight from the
-// members. Other scores are microseconds (exact in a double until the year
+// the task and the id. The job hash keeps the member's first two parts
+// (field ak, the order key) and a script builds the member from it, the
+// seq, the task and the id to find or re-key it; a claim reads tasks and
+// ids straight from the members. The whole member (about 90 bytes) is not
+// kept: it would be the one value of a small job over Redis's
+// hash-max-listpack-value (64 by default), which makes Redis store the
+// hash as a hash table, twice the memory and slower to write. A hash
+// written before ak keeps the whole member (field am) until its order
+// key next changes. Other scores are microseconds (exact in a double until the year
 // 2255) or Seq; due checks and retention cut-offs are therefore exact to
 // the microsecond, the precision the store contract asks for. A run_at
 // past 2255 (up to 9999 is allowed) rounds in the scheduled indexes by at

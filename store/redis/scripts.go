@@ -46,14 +46,28 @@ local function checkFence()
 end
 local function hex16(n) return string.format('%016x', tonumber(n)) end
 
+-- A job's dispatch-order member (see the package documentation) is its
+-- order key (the priority and run_at parts, 32 hex digits), its seq, its
+-- task and its id. The hash keeps only the order key (field ak) and amOf
+-- builds the member: the whole member (about 90 bytes) would be the one
+-- value of a small job's hash over Redis's hash-max-listpack-value (64),
+-- and one such value makes Redis keep the hash as a hash table, about
+-- twice the memory and slower to write. A hash written before ak keeps
+-- the whole member instead (field am).
+local function amOf(id, ak, seq, task, am)
+	if ak then return ak .. hex16(seq) .. string.format('%04x', #task) .. task .. id end
+	return am
+end
+
 -- release drops the unique and debounce keys id holds.
 local function release(E, id, uk, dk)
 	if uk and redis.call('HGET', kUk(E), uk) == id then redis.call('HDEL', kUk(E), uk) end
 	if dk and redis.call('HGET', kDk(E), dk) == id then redis.call('HDEL', kDk(E), dk) end
 end
 
--- rekey is the dispatch-order member am with its run_at part replaced.
-local function rekey(am, rk) return string.sub(am, 1, 16) .. rk .. string.sub(am, 33) end
+-- rekey is the order key ak (or a whole member am) with its run_at part
+-- replaced by rk: the new ak.
+local function rekey(ak, rk) return string.sub(ak, 1, 16) .. rk end
 
 -- Sorted-set writes can be gathered. A script that writes a group of
 -- jobs (enqueue, claim, update) sets gather: zAdd and zRem then collect
@@ -156,8 +170,9 @@ local function promote(E, q, nowUs, chunk)
 	if #ids > 0 then
 		local add = {}
 		for _, id in ipairs(ids) do
+			local jak, seq, task, am = unpack(redis.call('HMGET', kJob(E, id), 'ak', 'seq', 'task', 'am'))
 			add[#add + 1] = 0
-			add[#add + 1] = redis.call('HGET', kJob(E, id), 'am')
+			add[#add + 1] = amOf(id, jak, seq, task, am)
 		end
 		redis.call('ZADD', ak, unpack(add))
 		redis.call('ZREM', sk, unpack(ids))
@@ -189,11 +204,12 @@ end
 -- delJob removes a job and every index entry it has.
 local function delJob(E, id)
 	local jk = kJob(E, id)
-	local st, q, seq, am, uk, dk = unpack(redis.call('HMGET', jk, 'status', 'queue', 'seq', 'am', 'unique_key', 'debounce_key'))
+	local st, q, seq, ak, task, am, uk, dk = unpack(redis.call('HMGET', jk, 'status', 'queue', 'seq', 'ak', 'task', 'am',
+		'unique_key', 'debounce_key'))
 	if not st then return 0 end
 	redis.call('ZREM', kSt(E, st), id)
 	if st == 'pending' then
-		unplace(E, q, id, am)
+		unplace(E, q, id, amOf(id, ak, seq, task, am))
 	elseif st == 'running' then
 		redis.call('ZREM', kRun(E), id)
 	else
@@ -245,9 +261,9 @@ if nNew > 0 then nextSeq = redis.call('INCRBY', P .. 'seq', nNew) - nNew end
 local function insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, status)
 	nextSeq = nextSeq + 1
 	local seq = int(nextSeq)
-	local am = pre .. hex16(seq) .. string.format('%04x', #task) .. task .. id
+	local am = amOf(id, pre, seq, task)
 	local f = {'namespace', ns, 'id', id, 'queue', q, 'task', task, 'priority', prio, 'run_at_us', runAt,
-		'max_attempts', maxAtt, 'attempt', '0', 'status', status, 'created_at', now, 'seq', seq, 'am', am}
+		'max_attempts', maxAtt, 'attempt', '0', 'status', status, 'created_at', now, 'seq', seq, 'ak', pre}
 	if hasPl == '1' then
 		f[#f + 1] = 'payload'
 		f[#f + 1] = pl
@@ -275,12 +291,12 @@ for b = 9, #ARGV - 14, 15 do -- enqueueNF fields an item
 				if holder then
 					ungathered(function()
 						local hk = kJob(E, holder)
-						local hq, ham = unpack(redis.call('HMGET', hk, 'queue', 'am'))
-						local nam = rekey(ham, string.sub(pre, 17, 32))
-						unplace(E, hq, holder, ham)
-						place(E, hq, holder, nam, due, score)
-						redis.call('HSET', hk, 'run_at_us', runAt, 'am', nam)
-						redis.call('HDEL', hk, 'run_at')
+						local hq, hak, hseq, htask, ham = unpack(redis.call('HMGET', hk, 'queue', 'ak', 'seq', 'task', 'am'))
+						local nak = rekey(hak or ham, string.sub(pre, 17, 32))
+						unplace(E, hq, holder, amOf(holder, hak, hseq, htask, ham))
+						place(E, hq, holder, amOf(holder, nak, hseq, htask), due, score)
+						redis.call('HSET', hk, 'run_at_us', runAt, 'ak', nak)
+						redis.call('HDEL', hk, 'run_at', 'am')
 						if hasPl == '1' then
 							redis.call('HSET', hk, 'payload', pl)
 						else
@@ -322,18 +338,19 @@ for b = 9, #ARGV - 14, 15 do -- enqueueNF fields an item
 
 	elseif kind == 'R' then
 		ungathered(function()
-			local st, jq, seq, am, juk = unpack(redis.call('HMGET', jk, 'status', 'queue', 'seq', 'am', 'unique_key'))
+			local st, jq, seq, ak, jtask, am, juk = unpack(redis.call('HMGET', jk, 'status', 'queue', 'seq', 'ak', 'task', 'am', 'unique_key'))
 			if st == 'dead' then
 				local holder = false
 				if juk then holder = redis.call('HGET', kUk(E), juk) end
 				if holder then
 					outcome, rid = 'deduplicated', holder
 				else
-					local nam = rekey(am, nowRk)
+					local nak = rekey(ak or am, nowRk)
+					local nam = amOf(id, nak, seq, jtask)
 					delFinished(E, id, seq, 'dead', jq)
 					redis.call('HDEL', jk, 'error', 'dead_meta', 'finished_at', 'lease_until', 'worker', 'result',
-						'shed', 'no_retry', 'debounce_key', 'run_at')
-					redis.call('HSET', jk, 'status', 'pending', 'attempt', '0', 'run_at_us', nowUs, 'am', nam)
+						'shed', 'no_retry', 'debounce_key', 'run_at', 'am')
+					redis.call('HSET', jk, 'status', 'pending', 'attempt', '0', 'run_at_us', nowUs, 'ak', nak)
 					if extra == '1' then redis.call('HINCRBY', jk, 'dead_replays', 1) end
 					move(E, id, seq, 'dead', 'pending')
 					redis.call('ZADD', kAv(E, jq), 0, nam)
@@ -468,7 +485,8 @@ for b = 7, #ARGV - 12, 13 do -- updateNF fields an update
 	local leaseNs, leaseUs, noRetry = ARGV[b + 10], ARGV[b + 11], ARGV[b + 12]
 	local jk = kJob(E, id)
 	touch(id)
-	local st, cur, q, seq, am, uk, dk = unpack(redis.call('HMGET', jk, 'status', 'attempt', 'queue', 'seq', 'am', 'unique_key', 'debounce_key'))
+	local st, cur, q, seq, ak, task, am, uk, dk = unpack(redis.call('HMGET', jk, 'status', 'attempt', 'queue', 'seq', 'ak', 'task', 'am',
+		'unique_key', 'debounce_key'))
 	if st ~= 'running' or cur ~= att then
 		out[#out + 1] = 0
 	else
@@ -492,7 +510,7 @@ for b = 7, #ARGV - 12, 13 do -- updateNF fields an update
 			redis.call('HDEL', jk, 'lease_until')
 			if kind == 'G' then
 				-- Given back unstarted: its attempt, run_at, error and
-				-- place in claim order (its member am) as before the claim.
+				-- place in claim order (its member) as before the claim.
 				local ra = redis.call('HGET', jk, 'run_at_us')
 				if not ra then
 					-- A hash from before run_at_us: its run_at in ns, cut
@@ -506,7 +524,7 @@ for b = 7, #ARGV - 12, 13 do -- updateNF fields an update
 				move(E, id, seq, 'running', 'pending')
 				local isDue = '0'
 				if tonumber(ra) <= tonumber(nowUs) then isDue = '1' end
-				place(E, q, id, am, isDue, ra)
+				place(E, q, id, amOf(id, ak, seq, task, am), isDue, ra)
 				if dk and redis.call('HSETNX', kDk(E), dk, id) == 0 then
 					redis.call('HDEL', jk, 'debounce_key')
 				end
@@ -527,9 +545,10 @@ for b = 7, #ARGV - 12, 13 do -- updateNF fields an update
 					addFinished(E, id, seq, 'dead', q, nowUs, noRetry ~= '1')
 					release(E, id, uk, nil)
 				else
-					local nam = rekey(am, rk)
-					redis.call('HSET', jk, 'status', 'pending', 'run_at_us', runAt, 'am', nam)
-					redis.call('HDEL', jk, 'worker', 'run_at')
+					local nak = rekey(ak or am, rk)
+					local nam = amOf(id, nak, seq, task)
+					redis.call('HSET', jk, 'status', 'pending', 'run_at_us', runAt, 'ak', nak)
+					redis.call('HDEL', jk, 'worker', 'run_at', 'am')
 					move(E, id, seq, 'running', 'pending')
 					place(E, q, id, nam, due, score)
 					-- Pending again, it takes its debounce key back unless a
