@@ -166,6 +166,9 @@ type Config struct {
 	// a dead owner's claims then come back as their leases run out,
 	// whether or not a call for the namespace arrives.
 	OnGained func(partitions []int)
+	// OnMembers is told, at each heartbeat, of every live member (this
+	// node included), as the store returned them.
+	OnMembers func(members []store.Member)
 	// Reachable tells whether another member takes this node's calls on
 	// the bus now (its embedded server has a route to it). A starting
 	// node counts itself ready, and so takes partitions, only once every
@@ -287,6 +290,7 @@ func (c *Cluster) Tick(ctx context.Context) {
 	info.Ready = c.joined && !leaving
 	c.mu.Unlock()
 	info.Maintenance = c.cfg.Maintenance
+	info.JobFormat = store.JobFormat
 	if leaving {
 		return
 	}
@@ -304,6 +308,9 @@ func (c *Cluster) Tick(ctx context.Context) {
 		c.cfg.Log.Warn("cluster heartbeat failed", "err", err)
 		c.expire(c.cfg.Now())
 		return
+	}
+	if c.cfg.OnMembers != nil {
+		c.cfg.OnMembers(members)
 	}
 	all, err := c.cfg.Store.LeaseList(ctx)
 	if err != nil {

@@ -107,6 +107,13 @@ func (n *Node) startCluster(ctx context.Context) error {
 			}
 			return info
 		},
+		OnMembers: func(members []store.Member) {
+			// A job record format newer than some live node reads waits
+			// until every node reads it (a rolling upgrade).
+			if c, ok := n.Store.(compactor); ok {
+				c.SetCompactJobs(store.EveryMemberReads(members, 1))
+			}
+		},
 		OnGained: func(parts []int) { n.adopt.add(parts, false) },
 		OnLost: func(leases []string) {
 			lost := map[int]bool{}
@@ -128,6 +135,10 @@ func (n *Node) startCluster(ctx context.Context) error {
 	n.cluster.Tick(ctx)
 	return nil
 }
+
+// compactor is a store that writes a compact job record once every node
+// on it reads that (the Redis store, store.JobFormat 1).
+type compactor interface{ SetCompactJobs(on bool) }
 
 // reachable tells whether another node takes calls on this node's bus
 // now: its embedded server knows the member's internal subscription,

@@ -63,6 +63,28 @@ type MemberInfo struct {
 	Owned int `json:"owned"`
 	// Admin is the node's admin door URL, for operators.
 	Admin string `json:"admin,omitempty"`
+	// JobFormat is the newest job record format the node reads
+	// (JobFormat); 0 from a node built before formats were told.
+	JobFormat int `json:"job_format,omitempty"`
+}
+
+// JobFormat is the newest job record format this build reads and may
+// write. A store writes a newer format only while every live member
+// reads it (EveryMemberReads), so that nodes of two builds can share a
+// store during a rolling upgrade; it reads every older one.
+//
+//   - 1: a Redis job hash may keep its order key (field ak) instead of
+//     its whole dispatch-order member (am).
+const JobFormat = 1
+
+// EveryMemberReads says whether every member reads job records of format.
+func EveryMemberReads(members []Member, format int) bool {
+	for _, m := range members {
+		if m.Info.JobFormat < format {
+			return false
+		}
+	}
+	return true
 }
 
 // Member is a live node.

@@ -29,6 +29,7 @@ func openTest(t testing.TB, url string) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.SetCompactJobs(true)
 	t.Cleanup(func() { s.Close() })
 	return s
 }
@@ -253,6 +254,9 @@ func (d *differ) ms(lo, hi int) time.Duration {
 func (d *differ) step(i int) {
 	t, ctx := d.t, d.t.Context()
 	d.now = d.now.Add(d.ms(0, 3000))
+	// As if a node of an older build came and went: job hashes are then
+	// written with their whole member (am), not their order key (ak).
+	d.rs.SetCompactJobs(d.r.IntN(3) > 0)
 	ns := d.pick(diffNS)
 	switch k := d.r.IntN(100); {
 	case k < 40:
@@ -767,5 +771,50 @@ func TestSmallJobsStayCompact(t *testing.T) {
 		t.Fatal(err)
 	}
 	compact("acked or retried")
+	checkInvariants(t, s)
+}
+
+// While a node of an older build shares the store, every job hash is
+// written as it reads them: with its whole dispatch-order member (am),
+// never the order key (ak) alone.
+func TestHashesAnOlderNodeReads(t *testing.T) {
+	s := openTest(t, testserver.Redis(t))
+	s.SetCompactJobs(false)
+	ctx := t.Context()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	enqueue := func(jobs ...store.NewJob) {
+		t.Helper()
+		if _, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: "ns", Now: now, Calls: []store.EnqueueCall{{Jobs: jobs}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueue(store.NewJob{ID: "a", Queue: "q", Task: "t", RunAt: now}, store.NewJob{ID: "b", Queue: "q", Task: "t", RunAt: now},
+		store.NewJob{ID: "d", Queue: "q", Task: "t", RunAt: now.Add(time.Minute), DebounceKey: "k"})
+	enqueue(store.NewJob{ID: "d2", Queue: "q", Task: "t", RunAt: now.Add(-time.Second), DebounceKey: "k"}) // coalesces into d
+	got, err := s.JobClaimMany(ctx, store.JobClaimManyParams{Namespace: "ns", Now: now,
+		Claims: []store.ClaimSpec{{Queues: []string{"q"}, Max: 3, LeaseUntil: now.Add(time.Minute)}}})
+	if err != nil || len(got[0]) != 3 {
+		t.Fatalf("claim: %v, %v", got, err)
+	}
+	ups := []store.JobUpdate{
+		{ID: got[0][0].ID, Attempt: 1, Kind: store.UpdateRetry, RunAt: now},
+		{ID: got[0][1].ID, Attempt: 1, Kind: store.UpdateDead, Error: "boom"},
+		{ID: got[0][2].ID, Attempt: 1, Kind: store.UpdateRelease},
+	}
+	if _, err := s.JobUpdateMany(ctx, store.JobUpdateManyParams{Namespace: "ns", Now: now, Updates: ups}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: "ns", Now: now, Calls: []store.EnqueueCall{{ReplayIDs: []string{got[0][1].ID}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "d"} {
+		m, err := s.c.HGetAll(ctx, s.p+"j:"+enc("ns")+":"+id).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m["ak"]; ok || m["am"] == "" {
+			t.Errorf("job %s (%s) holds ak %q, am %q; want only am", id, m["status"], m["ak"], m["am"])
+		}
+	}
 	checkInvariants(t, s)
 }

@@ -38,8 +38,8 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 		n += len(out[i])
 	}
 	now, nowUs := nsStr(p.Now), usStr(p.Now)
-	args := make([]any, 0, 5+n*enqueueNF)
-	args = append(args, enc(p.Namespace), p.Namespace, now, nowUs, runAtKey(p.Now))
+	args := make([]any, 0, 6+n*enqueueNF)
+	args = append(args, enc(p.Namespace), p.Namespace, now, nowUs, runAtKey(p.Now), flag(s.compact.Load()))
 	for _, c := range p.Calls {
 		if len(c.ReplayIDs) > 0 {
 			kind, extra := "R", flag(c.AutoRetry)
@@ -433,8 +433,8 @@ func (s *Store) planClaim(ctx context.Context, E string, p store.JobClaimManyPar
 // JobUpdateMany applies acks, nacks, extensions and expiries in one script.
 func (s *Store) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
 	const op = "JobUpdateMany"
-	args := make([]any, 0, 3+updateNF*len(p.Updates))
-	args = append(args, enc(p.Namespace), nsStr(p.Now), usStr(p.Now))
+	args := make([]any, 0, 4+updateNF*len(p.Updates))
+	args = append(args, enc(p.Namespace), nsStr(p.Now), usStr(p.Now), flag(s.compact.Load()))
 	for i, u := range p.Updates {
 		var kind string
 		switch u.Kind {

@@ -85,9 +85,11 @@
 // ids straight from the members. The whole member (about 90 bytes) is not
 // kept: it would be the one value of a small job over Redis's
 // hash-max-listpack-value (64 by default), which makes Redis store the
-// hash as a hash table, twice the memory and slower to write. A hash
-// written before ak keeps the whole member (field am) until its order
-// key next changes. Other scores are microseconds (exact in a double until the year
+// hash as a hash table, twice the memory and slower to write. While a
+// node of an older build shares the store (Store.SetCompactJobs) the
+// hashes are written with the whole member (field am) instead, which is
+// also what a hash written before ak holds until its order next changes;
+// every script reads both. Other scores are microseconds (exact in a double until the year
 // 2255) or Seq; due checks and retention cut-offs are therefore exact to
 // the microsecond, the precision the store contract asks for. A run_at
 // past 2255 (up to 9999 is allowed) rounds in the scheduled indexes by at
@@ -125,6 +127,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flexiq/flexiq/api"
@@ -153,7 +156,19 @@ type Store struct {
 	// (by a hash of the namespace), so they never conflict with each other.
 	claimMu   [64]sync.Mutex
 	claimSeed maphash.Seed
+
+	// compact: job hashes are written in store.JobFormat 1, keeping their
+	// order key (ak) rather than their whole member (am). Off until
+	// SetCompactJobs, so a node of this build writes what an older node on
+	// the same store reads.
+	compact atomic.Bool
 }
+
+// SetCompactJobs says whether job hashes may be written in the compact
+// form of store.JobFormat 1 (the order key ak, not the whole member am):
+// only while every node on the store reads it (store.EveryMemberReads).
+// Either form is read.
+func (s *Store) SetCompactJobs(on bool) { s.compact.Store(on) }
 
 var _ store.Store = (*Store)(nil)
 

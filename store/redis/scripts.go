@@ -52,11 +52,19 @@ local function hex16(n) return string.format('%016x', tonumber(n)) end
 -- builds the member: the whole member (about 90 bytes) would be the one
 -- value of a small job's hash over Redis's hash-max-listpack-value (64),
 -- and one such value makes Redis keep the hash as a hash table, about
--- twice the memory and slower to write. A hash written before ak keeps
--- the whole member instead (field am).
+-- twice the memory and slower to write. A hash written by (or for) an
+-- older node keeps the whole member instead (field am).
 local function amOf(id, ak, seq, task, am)
 	if ak then return ak .. hex16(seq) .. string.format('%04x', #task) .. task .. id end
 	return am
+end
+
+-- orderField is what a job hash keeps of its place in dispatch order, the
+-- order key ak (compact: every node reads it) or the whole member am,
+-- and the other field, to delete: field, value, other.
+local function orderField(compact, ak, am)
+	if compact then return 'ak', ak, 'am' end
+	return 'am', am, 'ak'
 end
 
 -- release drops the unique and debounce keys id holds.
@@ -232,8 +240,9 @@ const enqueueNF = 15
 
 // scriptEnqueue writes a whole JobEnqueueMany group.
 // KEYS: the fence's lease, if any. ARGV: P, fence holder, fence epoch (see
-// checkFence), E, ns, now (ns), now (µs), now's run_at order key, then items
-// of enqueueNF fields: kind (J new admitted, S new shed, R replay admitted,
+// checkFence), E, ns, now (ns), now (µs), now's run_at order key, compact
+// (1: write ak, see amOf), then items of enqueueNF fields: kind (J new
+// admitted, S new shed, R replay admitted,
 // X replay shed), id, queue, task, has payload, payload, priority, run_at
 // (µs, the hash's run_at_us), max_attempts, unique key, debounce key, due
 // (1: available now), scheduled score (µs), order-key prefix (priority and
@@ -244,7 +253,7 @@ const enqueueNF = 15
 var scriptEnqueue = newScript(`
 local fenced = checkFence()
 if fenced then return fenced end
-local E, ns, now, nowUs, nowRk = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local E, ns, now, nowUs, nowRk, compact = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9] == '1'
 local SHED_META = '{"shed":"quota"}'
 local out = {}
 gather = true
@@ -252,7 +261,7 @@ gather = true
 -- New jobs take their seq from one INCRBY for the group, in item order;
 -- an item that writes no job leaves its number unused.
 local nNew = 0
-for b = 9, #ARGV - 14, 15 do
+for b = 10, #ARGV - 14, 15 do
 	if ARGV[b] == 'J' or ARGV[b] == 'S' then nNew = nNew + 1 end
 end
 local nextSeq = 0
@@ -262,8 +271,9 @@ local function insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, status)
 	nextSeq = nextSeq + 1
 	local seq = int(nextSeq)
 	local am = amOf(id, pre, seq, task)
+	local of, ov = orderField(compact, pre, am)
 	local f = {'namespace', ns, 'id', id, 'queue', q, 'task', task, 'priority', prio, 'run_at_us', runAt,
-		'max_attempts', maxAtt, 'attempt', '0', 'status', status, 'created_at', now, 'seq', seq, 'ak', pre}
+		'max_attempts', maxAtt, 'attempt', '0', 'status', status, 'created_at', now, 'seq', seq, of, ov}
 	if hasPl == '1' then
 		f[#f + 1] = 'payload'
 		f[#f + 1] = pl
@@ -271,7 +281,7 @@ local function insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, status)
 	return seq, am, f
 end
 
-for b = 9, #ARGV - 14, 15 do -- enqueueNF fields an item
+for b = 10, #ARGV - 14, 15 do -- enqueueNF fields an item
 	local kind, id, q, task, hasPl, pl = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
 	local prio, runAt, maxAtt, uk, dk = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
 	local due, score, pre, extra = ARGV[b + 11], ARGV[b + 12], ARGV[b + 13], ARGV[b + 14]
@@ -293,10 +303,12 @@ for b = 9, #ARGV - 14, 15 do -- enqueueNF fields an item
 						local hk = kJob(E, holder)
 						local hq, hak, hseq, htask, ham = unpack(redis.call('HMGET', hk, 'queue', 'ak', 'seq', 'task', 'am'))
 						local nak = rekey(hak or ham, string.sub(pre, 17, 32))
+						local nam = amOf(holder, nak, hseq, htask)
+						local of, ov, other = orderField(compact, nak, nam)
 						unplace(E, hq, holder, amOf(holder, hak, hseq, htask, ham))
-						place(E, hq, holder, amOf(holder, nak, hseq, htask), due, score)
-						redis.call('HSET', hk, 'run_at_us', runAt, 'ak', nak)
-						redis.call('HDEL', hk, 'run_at', 'am')
+						place(E, hq, holder, nam, due, score)
+						redis.call('HSET', hk, 'run_at_us', runAt, of, ov)
+						redis.call('HDEL', hk, 'run_at', other)
 						if hasPl == '1' then
 							redis.call('HSET', hk, 'payload', pl)
 						else
@@ -347,10 +359,11 @@ for b = 9, #ARGV - 14, 15 do -- enqueueNF fields an item
 				else
 					local nak = rekey(ak or am, nowRk)
 					local nam = amOf(id, nak, seq, jtask)
+					local of, ov, other = orderField(compact, nak, nam)
 					delFinished(E, id, seq, 'dead', jq)
 					redis.call('HDEL', jk, 'error', 'dead_meta', 'finished_at', 'lease_until', 'worker', 'result',
-						'shed', 'no_retry', 'debounce_key', 'run_at', 'am')
-					redis.call('HSET', jk, 'status', 'pending', 'attempt', '0', 'run_at_us', nowUs, 'ak', nak)
+						'shed', 'no_retry', 'debounce_key', 'run_at', other)
+					redis.call('HSET', jk, 'status', 'pending', 'attempt', '0', 'run_at_us', nowUs, of, ov)
 					if extra == '1' then redis.call('HINCRBY', jk, 'dead_replays', 1) end
 					move(E, id, seq, 'dead', 'pending')
 					redis.call('ZADD', kAv(E, jq), 0, nam)
@@ -468,18 +481,19 @@ const updateNF = 13
 
 // scriptUpdate applies a JobUpdateMany group.
 // KEYS: the fence's lease, if any. ARGV: P, fence holder, fence epoch (see
-// checkFence), E, now (ns), now (µs), then per update: id, attempt, kind (C
-// complete, R retry, D dead, X extend, G release), has result, result, error, run_at
+// checkFence), E, now (ns), now (µs), compact (1: write ak, see amOf),
+// then per update: id, attempt, kind (C complete, R retry, D dead, X
+// extend, G release), has result, result, error, run_at
 // (µs), due, scheduled score, run_at order key, lease (ns), lease (µs),
 // no_retry (G, release, uses none of the last seven: the job keeps its
 // run_at and order key). Returns 1 (applied) or 0 per update.
 var scriptUpdate = newScript(`
 local fenced = checkFence()
 if fenced then return fenced end
-local E, now, nowUs = ARGV[4], ARGV[5], ARGV[6]
+local E, now, nowUs, compact = ARGV[4], ARGV[5], ARGV[6], ARGV[7] == '1'
 local out = {}
 gather = true
-for b = 7, #ARGV - 12, 13 do -- updateNF fields an update
+for b = 8, #ARGV - 12, 13 do -- updateNF fields an update
 	local id, att, kind, hasRes, res, err = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
 	local runAt, due, score, rk = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9]
 	local leaseNs, leaseUs, noRetry = ARGV[b + 10], ARGV[b + 11], ARGV[b + 12]
@@ -547,8 +561,9 @@ for b = 7, #ARGV - 12, 13 do -- updateNF fields an update
 				else
 					local nak = rekey(ak or am, rk)
 					local nam = amOf(id, nak, seq, task)
-					redis.call('HSET', jk, 'status', 'pending', 'run_at_us', runAt, 'ak', nak)
-					redis.call('HDEL', jk, 'worker', 'run_at', 'am')
+					local of, ov, other = orderField(compact, nak, nam)
+					redis.call('HSET', jk, 'status', 'pending', 'run_at_us', runAt, of, ov)
+					redis.call('HDEL', jk, 'worker', 'run_at', other)
 					move(E, id, seq, 'running', 'pending')
 					place(E, q, id, nam, due, score)
 					-- Pending again, it takes its debounce key back unless a
