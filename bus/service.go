@@ -502,6 +502,12 @@ func (s *Service) publishReply(reply string, named bool, body any, e *api.Error)
 		}
 		msg.Data = data
 	}
+	if s.interest != nil && s.log.Enabled(s.ctx, slog.LevelDebug) && !s.interest(reply) {
+		// Nobody would get it: the caller's connection closed, or (in a
+		// cluster) its interest has not reached this node's server. Said
+		// at debug only: asking costs a lookup a reply.
+		s.log.Debug("reply dropped: no one listens on its subject here", "reply", reply, "error", e != nil)
+	}
 	if err := s.nc.PublishMsg(msg); err != nil {
 		s.log.Warn("cannot publish reply", "err", err)
 	}
