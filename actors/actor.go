@@ -350,8 +350,9 @@ func (a *Actor) step(ctx context.Context, msgs []*Message, now time.Time) {
 				enqueues = append(enqueues, call)
 			}
 		case *api.ClaimRequest:
-			if m.Gone() {
-				// Its caller left before the actor got to it.
+			if m.cancelled() {
+				// Its caller left before the actor got to it. (Not
+				// Listening: see answer below.)
 				m.respond(api.ClaimReply{Jobs: []api.Job{}}, nil)
 				continue
 			}
@@ -593,10 +594,15 @@ func (a *Actor) claims(ctx context.Context, calls []*ClaimCall, now time.Time) {
 			park = append(park, call)
 			return
 		}
-		if len(jobs) > 0 && call.Msg.Gone() {
-			// Its caller left while the claim was written: the jobs go
-			// back, pending again with their attempt unspent, at the next
-			// step (a nack with release, as from a worker that stops).
+		// Listening is asked only of a claim that has waited: one just sent
+		// may not have its caller's interest on this node's server yet
+		// (routes carry it, and in a forming cluster a forwarded call can
+		// overtake it), and would be turned away though its caller waits.
+		if len(jobs) > 0 && (call.Msg.cancelled() || call.parked && call.Msg.Gone()) {
+			// Its caller left while the claim was written (or waited):
+			// the jobs go back, pending again with their attempt unspent,
+			// at the next step (a nack with release, as from a worker
+			// that stops).
 			for i := range jobs {
 				a.Send(&Message{Op: OpNack, Body: &api.NackRequest{ID: jobs[i].ID, Attempt: jobs[i].Attempt, Release: true}})
 			}

@@ -282,3 +282,42 @@ func TestJobsClaimedForAGoneCallerGoBack(t *testing.T) {
 		t.Fatalf("the next claim: %+v, want the job back at its first attempt", a)
 	}
 }
+
+// A claim just sent gets its jobs even if its caller's interest is not
+// seen yet (Listening false: in a forming cluster a forwarded call can
+// overtake it); only a claim that has waited is asked whether anybody
+// still listens, and then gets no job once nobody does.
+func TestOnlyAClaimThatWaitedIsAskedWhetherItsCallerListens(t *testing.T) {
+	sys, _ := newSystem(t, time.Minute)
+	if a := wait(t, send(sys, "acme", OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}})); a.err != nil {
+		t.Fatal(a.err)
+	}
+	claim := func(waitMS int64, listening func() bool) <-chan answer {
+		ch := make(chan answer, 1)
+		sys.Send("acme", &Message{Op: OpClaim, Listening: listening,
+			Body:  &api.ClaimRequest{Queues: []string{"q"}, Max: 1, WaitMS: waitMS, LeaseMS: 60000},
+			Reply: func(b any, e *api.Error) { ch <- answer{b, e} }})
+		return ch
+	}
+	unseen := func() bool { return false }
+	if a := wait(t, claim(0, unseen)); a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 1 {
+		t.Fatalf("a claim just sent, its caller's interest not seen yet: %+v, want the job", a)
+	}
+
+	var listening atomic.Bool
+	listening.Store(true)
+	parked := claim(60000, listening.Load)
+	// The claim parks: a later message is answered first.
+	wait(t, send(sys, "acme", OpHeartbeat, &api.HeartbeatRequest{IDs: []string{"x"}, LeaseMS: 1000}))
+	listening.Store(false)
+	if a := wait(t, send(sys, "acme", OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}})); a.err != nil {
+		t.Fatal(a.err)
+	}
+	if a := wait(t, parked); a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 0 {
+		t.Fatalf("a parked claim nobody listens for any more: %+v, want no job", a)
+	}
+	a := wait(t, send(sys, "acme", OpClaim, &api.ClaimRequest{Queues: []string{"q"}, Max: 1, LeaseMS: 60000}))
+	if a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 1 || a.body.(api.ClaimReply).Jobs[0].Attempt != 1 {
+		t.Fatalf("the next claim: %+v, want the job at its first attempt", a)
+	}
+}
