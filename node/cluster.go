@@ -111,7 +111,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 			// A job record format newer than some live node reads waits
 			// until every node reads it (a rolling upgrade).
 			if c, ok := n.Store.(compactor); ok {
-				c.SetCompactJobs(store.EveryMemberReads(members, 1))
+				c.SetCompactJobs(store.EveryMemberReads(members, store.JobFormatOrderKey))
 			}
 		},
 		OnGained: func(parts []int) { n.adopt.add(parts, false) },
@@ -137,7 +137,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 }
 
 // compactor is a store that writes a compact job record once every node
-// on it reads that (the Redis store, store.JobFormat 1).
+// on it reads that (the Redis store, store.JobFormatOrderKey).
 type compactor interface{ SetCompactJobs(on bool) }
 
 // reachable tells whether another node takes calls on this node's bus

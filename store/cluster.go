@@ -68,14 +68,17 @@ type MemberInfo struct {
 	JobFormat int `json:"job_format,omitempty"`
 }
 
-// JobFormat is the newest job record format this build reads and may
-// write. A store writes a newer format only while every live member
-// reads it (EveryMemberReads), so that nodes of two builds can share a
-// store during a rolling upgrade; it reads every older one.
-//
-//   - 1: a Redis job hash may keep its order key (field ak) instead of
-//     its whole dispatch-order member (am).
-const JobFormat = 1
+// Job record formats. JobFormat is the newest one this build reads and
+// may write. A store writes a format only while every live member reads
+// it (EveryMemberReads), so that nodes of two builds can share a store
+// during a rolling upgrade; it reads every older one.
+const (
+	// JobFormatOrderKey: a Redis job hash may keep its order key (field
+	// ak) instead of its whole dispatch-order member (am).
+	JobFormatOrderKey = 1
+
+	JobFormat = JobFormatOrderKey
+)
 
 // EveryMemberReads says whether every member reads job records of format.
 func EveryMemberReads(members []Member, format int) bool {

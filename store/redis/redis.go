@@ -157,17 +157,17 @@ type Store struct {
 	claimMu   [64]sync.Mutex
 	claimSeed maphash.Seed
 
-	// compact: job hashes are written in store.JobFormat 1, keeping their
-	// order key (ak) rather than their whole member (am). Off until
-	// SetCompactJobs, so a node of this build writes what an older node on
-	// the same store reads.
+	// compact: job hashes are written in store.JobFormatOrderKey, keeping
+	// their order key (ak) rather than their whole member (am). Off until
+	// SetCompactJobs, so a node of this build writes what an older node
+	// on the same store reads.
 	compact atomic.Bool
 }
 
 // SetCompactJobs says whether job hashes may be written in the compact
-// form of store.JobFormat 1 (the order key ak, not the whole member am):
-// only while every node on the store reads it (store.EveryMemberReads).
-// Either form is read.
+// form of store.JobFormatOrderKey (the order key ak, not the whole
+// member am): only while every node on the store reads it
+// (store.EveryMemberReads). Either form is read.
 func (s *Store) SetCompactJobs(on bool) { s.compact.Store(on) }
 
 var _ store.Store = (*Store)(nil)
