@@ -564,6 +564,9 @@ type MemberStatus struct {
 	Owned       int    `json:"owned"`
 	Maintenance bool   `json:"maintenance"`
 	Partitions  int    `json:"partitions"`
+	// JobFormat is the newest job record format the member reads
+	// (store.JobFormat; 0 for a node built before formats were told).
+	JobFormat int `json:"job_format"`
 }
 
 // Status reports the cluster as this node last saw it.
@@ -581,7 +584,7 @@ func (c *Cluster) Status() Status {
 		}
 	}
 	for _, m := range c.members {
-		st.Members = append(st.Members, MemberStatus{ID: m.Node, Ready: m.Info.Ready, Owned: m.Info.Owned, Maintenance: m.Info.Maintenance, Partitions: parts[m.Node]})
+		st.Members = append(st.Members, MemberStatus{ID: m.Node, Ready: m.Info.Ready, Owned: m.Info.Owned, Maintenance: m.Info.Maintenance, Partitions: parts[m.Node], JobFormat: m.Info.JobFormat})
 	}
 	return st
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/client"
 	pb "github.com/flexiq/flexiq/grpcapi/flexiqv1"
+	"github.com/flexiq/flexiq/store"
 )
 
 // Many nodes (docs/cluster.md), tested as an operator runs them: separate fq-node
@@ -209,6 +210,7 @@ type clusterStatus struct {
 		Ready      bool   `json:"ready"`
 		Owned      int    `json:"owned"`
 		Partitions int    `json:"partitions"`
+		JobFormat  int    `json:"job_format"`
 	} `json:"members"`
 }
 
@@ -686,6 +688,13 @@ func TestClusterLeaderIsUniqueAndReelected(t *testing.T) {
 	eachSharedBackend(t, func(t *testing.T) {
 		c := startCluster(t, 3)
 		st := c.settled(c.members...)
+		for _, mem := range st.Members {
+			// Each tells the job record format it reads, so a store may
+			// write it (a rolling upgrade waits for the last older node).
+			if mem.JobFormat != store.JobFormat {
+				t.Errorf("%s tells job format %d, want %d", mem.ID, mem.JobFormat, store.JobFormat)
+			}
+		}
 		var leader *member
 		for _, m := range c.members {
 			s, err := c.status(m)

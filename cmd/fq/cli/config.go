@@ -432,6 +432,7 @@ func (a *app) clusterStatus(cmd *command, args []string) error {
 			Owned       int    `json:"owned"`
 			Maintenance bool   `json:"maintenance"`
 			Partitions  int    `json:"partitions"`
+			JobFormat   int    `json:"job_format"`
 		} `json:"members"`
 		Unreachable []string `json:"unreachable"`
 	}
@@ -445,9 +446,9 @@ func (a *app) clusterStatus(cmd *command, args []string) error {
 	}
 	fmt.Fprintf(a.stdout, "node:   %s\nleader: %s\n", out.Node, orDash(out.Leader))
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEMBER\tREADY\tPARTITIONS\tNAMESPACES\tMAINTENANCE")
+	fmt.Fprintln(tw, "MEMBER\tREADY\tPARTITIONS\tNAMESPACES\tMAINTENANCE\tJOB FORMAT")
 	for _, m := range out.Members {
-		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%v\n", m.ID, m.Ready, m.Partitions, m.Owned, m.Maintenance)
+		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%v\t%d\n", m.ID, m.Ready, m.Partitions, m.Owned, m.Maintenance, m.JobFormat)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
