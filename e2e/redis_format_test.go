@@ -52,23 +52,42 @@ func TestRedisJobHashesWaitForEveryNodeToReadThem(t *testing.T) {
 			}
 			return m
 		}
+		members := func() map[string]int {
+			t.Helper()
+			var st struct {
+				Members []struct {
+					ID        string `json:"id"`
+					JobFormat int    `json:"job_format"`
+				} `json:"members"`
+			}
+			e.mustDo(200, "GET", "/v1/cluster", e.root, nil, &st)
+			out := map[string]int{}
+			for _, m := range st.Members {
+				out[m.ID] = m.JobFormat
+			}
+			return out
+		}
+		if f, ok := members()["older"]; !ok || f != 0 {
+			t.Fatalf("the node does not see the older node (format %d, %t)", f, ok)
+		}
 		if m := enqueued(); m["am"] == "" || m["ak"] != "" {
 			t.Fatalf("with an older node live the job hash holds am %q, ak %q; want only am", m["am"], m["ak"])
 		}
 		if err := rs.MemberLeave(ctx, "older"); err != nil {
 			t.Fatal(err)
 		}
-		// The node sees the older one gone at its next heartbeat.
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			m := enqueued()
-			if m["ak"] != "" && m["am"] == "" {
+		// The heartbeat that no longer sees the older node also switches
+		// the store: wait for the node to report that heartbeat.
+		for deadline := time.Now().Add(30 * time.Second); ; waitFor(20 * time.Millisecond) {
+			if _, ok := members()["older"]; !ok {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("30 s after the older node left, job hashes still hold am %q, ak %q", m["am"], m["ak"])
+				t.Fatal("30 s after the older node left, the node still counts it a member")
 			}
-			time.Sleep(50 * time.Millisecond)
+		}
+		if m := enqueued(); m["ak"] == "" || m["am"] != "" {
+			t.Fatalf("with every live node reading it the job hash holds am %q, ak %q; want only ak", m["am"], m["ak"])
 		}
 	})
 }
