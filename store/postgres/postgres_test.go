@@ -406,3 +406,34 @@ func TestRenewalPassesAFencedWriteATakeWaitsForIt(t *testing.T) {
 		t.Fatalf("the take: %+v, %v; want node-b at epoch 2", r.ls, r.err)
 	}
 }
+
+// A run of generated ids is written without a conflict clause. A repeated
+// one (which FlexiQ never makes) must fail the write whole, not come back
+// "enqueued" for a job that was never written.
+func TestARepeatedGeneratedIDFailsTheWrite(t *testing.T) {
+	s := open(t, testserver.Postgres(t), postgres.Options{})
+	gen := func(id string) store.NewJob {
+		return store.NewJob{ID: id, Generated: true, Queue: "q", Task: "t", Payload: []byte(`{"n":1}`)}
+	}
+	enqueue := func(jobs ...store.NewJob) ([][]api.EnqueueResult, error) {
+		return s.JobEnqueueMany(t.Context(), store.JobEnqueueManyParams{Namespace: "ns", Now: time.Now(),
+			Calls: []store.EnqueueCall{{Jobs: jobs}}})
+	}
+	if _, err := enqueue(gen("01JH0000000000000000000001")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := enqueue(gen("01JH0000000000000000000002"), gen("01JH0000000000000000000001"))
+	if err == nil {
+		t.Fatalf("a repeated generated id was answered %+v, want the write to fail", res)
+	}
+	if _, err := s.JobGet(t.Context(), "ns", "01JH0000000000000000000002"); err == nil {
+		t.Error("the job beside the repeated id was written: the write was not whole")
+	}
+	c, err := s.JobCount(t.Context(), "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Pending != 1 {
+		t.Errorf("%d jobs pending, want the first one alone", c.Pending)
+	}
+}
