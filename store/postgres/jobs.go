@@ -91,10 +91,10 @@ func scanJob(row pgx.Row) (store.Job, error) {
 // id tells which were. A run of ids FlexiQ generated (never repeated) has
 // no conflict clause: an INSERT … ON CONFLICT checks each arbiter index
 // before it writes a row and confirms the row after (a speculative
-// insertion), which cost 20 % of a batch's rate (README, "Batched enqueue
-// on PostgreSQL without a conflict clause"). Were a generated id ever
-// repeated, the write fails whole instead of answering "enqueued" for a
-// job it did not write.
+// insertion), which cost a fifth of a batch's rate (docs/performance.md,
+// "PostgreSQL: generated ids without a conflict clause"). Were a
+// generated id ever repeated, the write fails whole instead of answering
+// "enqueued" for a job it did not write.
 const (
 	insertRowsSQL = `INSERT INTO jobs (namespace, id, queue, task, payload, priority, run_at, max_attempts, status, created_at)
 		SELECT $1::text, r.id, r.queue, r.task, r.payload, r.priority, r.run_at, r.max_attempts, r.status, $10::bigint
