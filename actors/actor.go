@@ -386,6 +386,9 @@ func (a *Actor) step(ctx context.Context, msgs []*Message, now time.Time) {
 	}
 	retry, expired := c.Waiters(now)
 	for _, w := range expired {
+		if now.Before(w.Deadline) {
+			a.log.Debug("parked claim answered before its wait ended: its caller left")
+		}
 		w.Msg.respond(api.ClaimReply{Jobs: []api.Job{}}, nil)
 	}
 	claims = append(retry, claims...)
@@ -603,6 +606,7 @@ func (a *Actor) claims(ctx context.Context, calls []*ClaimCall, now time.Time) {
 			// the jobs go back, pending again with their attempt unspent,
 			// at the next step (a nack with release, as from a worker
 			// that stops).
+			a.log.Debug("claim's caller left while it was written: its jobs go back", "jobs", len(jobs), "parked", call.parked)
 			for i := range jobs {
 				a.Send(&Message{Op: OpNack, Body: &api.NackRequest{ID: jobs[i].ID, Attempt: jobs[i].Attempt, Release: true}})
 			}

@@ -2,6 +2,8 @@ package actors
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/internal/testlog"
 	"github.com/flexiq/flexiq/store"
 	"github.com/flexiq/flexiq/store/sqlite"
 )
@@ -38,12 +41,18 @@ type answer struct {
 
 func newSystem(t *testing.T, idle time.Duration) (*System, *panicky) {
 	t.Helper()
+	return newSystemLogged(t, idle, nil)
+}
+
+// newSystemLogged is newSystem whose actors log to log (nil: nowhere).
+func newSystemLogged(t *testing.T, idle time.Duration, log *slog.Logger) (*System, *panicky) {
+	t.Helper()
 	st, err := sqlite.Open(context.Background(), ":memory:", sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	snaps := &panicky{inner: cachebust.New(st, time.Second, nil)}
-	sys := NewSystem(context.Background(), Deps{Store: st, Snapshots: snaps, IdleAfter: idle})
+	sys := NewSystem(context.Background(), Deps{Store: st, Snapshots: snaps, IdleAfter: idle, Log: log})
 	t.Cleanup(func() {
 		if err := sys.Stop(context.Background()); err != nil {
 			t.Error(err)
@@ -288,7 +297,8 @@ func TestJobsClaimedForAGoneCallerGoBack(t *testing.T) {
 // overtake it); only a claim that has waited is asked whether anybody
 // still listens, and then gets no job once nobody does.
 func TestOnlyAClaimThatWaitedIsAskedWhetherItsCallerListens(t *testing.T) {
-	sys, _ := newSystem(t, time.Minute)
+	var logs testlog.Buffer
+	sys, _ := newSystemLogged(t, time.Minute, logs.Logger(slog.LevelDebug))
 	if a := wait(t, send(sys, "acme", OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}})); a.err != nil {
 		t.Fatal(a.err)
 	}
@@ -309,12 +319,21 @@ func TestOnlyAClaimThatWaitedIsAskedWhetherItsCallerListens(t *testing.T) {
 	parked := claim(60000, listening.Load)
 	// The claim parks: a later message is answered first.
 	wait(t, send(sys, "acme", OpHeartbeat, &api.HeartbeatRequest{IDs: []string{"x"}, LeaseMS: 1000}))
+	if strings.Contains(logs.String(), "its caller left") {
+		t.Fatalf("a caller that listens was logged as gone:\n%s", logs.String())
+	}
 	listening.Store(false)
 	if a := wait(t, send(sys, "acme", OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}})); a.err != nil {
 		t.Fatal(a.err)
 	}
 	if a := wait(t, parked); a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 0 {
 		t.Fatalf("a parked claim nobody listens for any more: %+v, want no job", a)
+	}
+	// At debug, the owner says why the claim was answered early: the
+	// next time a reply is dropped, its log tells this case from a claim
+	// that took jobs.
+	if !strings.Contains(logs.String(), "parked claim answered before its wait ended: its caller left") {
+		t.Errorf("the gone caller's claim was not logged at debug:\n%s", logs.String())
 	}
 	a := wait(t, send(sys, "acme", OpClaim, &api.ClaimRequest{Queues: []string{"q"}, Max: 1, LeaseMS: 60000}))
 	if a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 1 || a.body.(api.ClaimReply).Jobs[0].Attempt != 1 {
