@@ -597,11 +597,16 @@ func (a *Actor) claims(ctx context.Context, calls []*ClaimCall, now time.Time) {
 			park = append(park, call)
 			return
 		}
-		// Listening is asked only of a claim that has waited: one just sent
-		// may not have its caller's interest on this node's server yet
-		// (routes carry it, and in a forming cluster a forwarded call can
-		// overtake it), and would be turned away though its caller waits.
-		if len(jobs) > 0 && (call.Msg.cancelled() || call.parked && call.Msg.Gone()) {
+		// Whether its caller still listens is asked of every claim as its
+		// jobs are about to go out. A reply published where nobody
+		// listens is lost (a NATS server sends a message only to the
+		// interest it knows of), and its jobs with it, leased to nobody.
+		// A claim just sent is not asked before this: its caller's
+		// interest may still be on its way through the routes (a call
+		// forwarded in a forming cluster can overtake it). Asked this
+		// late, that interest has had the write's time to arrive, and a
+		// reply sent before it arrives would be lost anyway.
+		if len(jobs) > 0 && call.Msg.Gone() {
 			// Its caller left while the claim was written (or waited):
 			// the jobs go back, pending again with their attempt unspent,
 			// at the next step (a nack with release, as from a worker

@@ -82,10 +82,10 @@ type Message struct {
 	// claim's reply subject, which ends when its client's connection
 	// closes. A claim parked by a process that exited is then given no
 	// job instead of jobs nobody will work until their leases run out.
-	// It is asked only of a claim that has waited (parked), when it is
-	// tried again or jobs are about to go out: a lookup in the server's
-	// subscription table. A claim just sent is not asked: its client's
-	// interest may not have reached this node's server yet.
+	// It is asked of a parked claim when it is tried again, and of every
+	// claim when jobs are about to go out: a lookup in the server's
+	// subscription table. A claim just sent is not asked before its write:
+	// its client's interest may not have reached this node's server yet.
 	Listening func() bool
 	// OwnerBy, once set, ends the call's wait for its namespace's owner
 	// (a hand-over, a failover, nodes disagreeing), on whichever nodes it

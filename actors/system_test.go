@@ -292,15 +292,30 @@ func TestJobsClaimedForAGoneCallerGoBack(t *testing.T) {
 	}
 }
 
-// A claim just sent gets its jobs even if its caller's interest is not
-// seen yet (Listening false: in a forming cluster a forwarded call can
-// overtake it); only a claim that has waited is asked whether anybody
-// still listens, and then gets no job once nobody does.
-func TestOnlyAClaimThatWaitedIsAskedWhetherItsCallerListens(t *testing.T) {
+// Whether a claim's caller still listens (Listening: on a node with an
+// embedded server, its interest in the reply subject) is asked as the
+// claim's jobs are about to go out, of every claim, and when a parked
+// claim is tried again. A claim just sent is not asked before its write:
+// its caller's interest may still be on its way through the routes.
+func TestAClaimIsAskedWhetherItsCallerListensAsItsJobsGoOut(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), ":memory:", sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
 	var logs testlog.Buffer
-	sys, _ := newSystemLogged(t, time.Minute, logs.Logger(slog.LevelDebug))
-	if a := wait(t, send(sys, "acme", OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}})); a.err != nil {
-		t.Fatal(a.err)
+	gate := &claimGate{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
+	sys := NewSystem(context.Background(), Deps{Store: gate, Snapshots: cachebust.New(st, time.Second, nil), Log: logs.Logger(slog.LevelDebug)})
+	defer func() {
+		if err := sys.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	enqueue := func() {
+		t.Helper()
+		if a := wait(t, send(sys, "acme", OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}})); a.err != nil {
+			t.Fatal(a.err)
+		}
 	}
 	claim := func(waitMS int64, listening func() bool) <-chan answer {
 		ch := make(chan answer, 1)
@@ -309,34 +324,77 @@ func TestOnlyAClaimThatWaitedIsAskedWhetherItsCallerListens(t *testing.T) {
 			Reply: func(b any, e *api.Error) { ch <- answer{b, e} }})
 		return ch
 	}
-	unseen := func() bool { return false }
-	if a := wait(t, claim(0, unseen)); a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 1 {
-		t.Fatalf("a claim just sent, its caller's interest not seen yet: %+v, want the job", a)
+	jobs := func(a answer) []api.Job {
+		t.Helper()
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		return a.body.(api.ClaimReply).Jobs
+	}
+	next := func(what string) {
+		t.Helper()
+		a := wait(t, send(sys, "acme", OpClaim, &api.ClaimRequest{Queues: []string{"q"}, Max: 1, LeaseMS: 60000}))
+		if got := jobs(a); len(got) != 1 || got[0].Attempt != 1 {
+			t.Fatalf("the claim after %s: %+v, want the job at its first attempt", what, a)
+		}
 	}
 
+	// Its caller's interest arrives while the claim is written (the
+	// first claim's write is held at the gate): asked before the write,
+	// the claim would have been turned away though its caller waits.
+	enqueue()
+	arrived := func() bool {
+		select {
+		case <-gate.entered:
+			return true
+		default:
+			return false
+		}
+	}
+	first := claim(0, arrived)
+	select {
+	case <-gate.entered:
+	case a := <-first:
+		t.Fatalf("a claim whose caller's interest was not seen yet was answered before its write: %+v", a)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the claim was not written")
+	}
+	close(gate.release)
+	if got := jobs(wait(t, first)); len(got) != 1 {
+		t.Fatalf("a claim whose caller's interest arrived during its write got %d jobs, want 1", len(got))
+	}
+
+	// Nobody listens as its jobs go out: they would be lost with the
+	// reply, so they go back, their attempt unspent.
+	enqueue()
+	if got := jobs(wait(t, claim(0, func() bool { return false }))); len(got) != 0 {
+		t.Fatalf("a claim nobody listens for got %d jobs, want none", len(got))
+	}
+	if !strings.Contains(logs.String(), "claim's caller left while it was written: its jobs go back") {
+		t.Errorf("the jobs that went back were not logged at debug:\n%s", logs.String())
+	}
+	next("a claim nobody listened for")
+
+	// A parked claim is asked again when it is tried: once nobody
+	// listens, it is answered with no job and takes none.
 	var listening atomic.Bool
 	listening.Store(true)
 	parked := claim(60000, listening.Load)
 	// The claim parks: a later message is answered first.
 	wait(t, send(sys, "acme", OpHeartbeat, &api.HeartbeatRequest{IDs: []string{"x"}, LeaseMS: 1000}))
-	if strings.Contains(logs.String(), "its caller left") {
+	if strings.Contains(logs.String(), "its caller left\"") {
 		t.Fatalf("a caller that listens was logged as gone:\n%s", logs.String())
 	}
 	listening.Store(false)
-	if a := wait(t, send(sys, "acme", OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}})); a.err != nil {
-		t.Fatal(a.err)
-	}
-	if a := wait(t, parked); a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 0 {
-		t.Fatalf("a parked claim nobody listens for any more: %+v, want no job", a)
+	enqueue()
+	if got := jobs(wait(t, parked)); len(got) != 0 {
+		t.Fatalf("a parked claim nobody listens for any more got %d jobs, want none", len(got))
 	}
 	// At debug, the owner says why the claim was answered early: the
 	// next time a reply is dropped, its log tells this case from a claim
 	// that took jobs.
 	if !strings.Contains(logs.String(), "parked claim answered before its wait ended: its caller left") {
-		t.Errorf("the gone caller's claim was not logged at debug:\n%s", logs.String())
+		t.Errorf("the gone caller's parked claim was not logged at debug:\n%s", logs.String())
 	}
-	a := wait(t, send(sys, "acme", OpClaim, &api.ClaimRequest{Queues: []string{"q"}, Max: 1, LeaseMS: 60000}))
-	if a.err != nil || len(a.body.(api.ClaimReply).Jobs) != 1 || a.body.(api.ClaimReply).Jobs[0].Attempt != 1 {
-		t.Fatalf("the next claim: %+v, want the job at its first attempt", a)
-	}
+	next("a parked claim nobody listened for")
 }
