@@ -89,9 +89,10 @@
 // node of an older build shares the store (Store.SetCompactJobs) the
 // hashes are written with the whole member (field am) instead, which is
 // also what a hash written before ak holds until its order next changes;
-// every script reads both. Other scores are microseconds (exact in a double until the year
-// 2255) or Seq; due checks and retention cut-offs are therefore exact to
-// the microsecond, the precision the store contract asks for. A run_at
+// every script reads both. Other scores are microseconds (exact in a
+// double until the year 2255) or Seq; due checks and retention cut-offs
+// are therefore exact to the microsecond, the precision the store
+// contract asks for. A run_at
 // past 2255 (up to 9999 is allowed) rounds in the scheduled indexes by at
 // most 16 µs, which a due check made before 2255 cannot see; JobNextRunAt
 // may then name one of two such jobs that lie that close. The job hash
