@@ -656,7 +656,7 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 			}
 			var mine []*cursor
 			for _, q := range claim.Queues {
-				if c := cursors[q]; !containsCursor(mine, c) {
+				if c := cursors[q]; !slices.Contains(mine, c) {
 					mine = append(mine, c)
 				}
 			}
@@ -769,15 +769,6 @@ func queueClaims(t *txn, claims []store.ClaimSpec, takenBy [][]int64, out [][]st
 		}
 		return nil
 	})
-}
-
-func containsCursor(cs []*cursor, c *cursor) bool {
-	for _, x := range cs {
-		if x == c {
-			return true
-		}
-	}
-	return false
 }
 
 // ---------------------------------------------------------------------------

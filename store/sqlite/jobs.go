@@ -447,15 +447,6 @@ type cursor struct {
 	done  bool
 }
 
-func containsCursor(cs []*cursor, c *cursor) bool {
-	for _, x := range cs {
-		if x == c {
-			return true
-		}
-	}
-	return false
-}
-
 // The page queries have two fixed shapes so they stay prepared: the keyset
 // starts before every job, skipped tasks come as a JSON array, and the page
 // size is written into the text. SQLite prepares a statement again whenever
@@ -760,7 +751,7 @@ func (s *Store) jobClaimMany(ctx context.Context, run txRunner, p store.JobClaim
 					c = &cursor{queue: q}
 					cursors[q] = c
 				}
-				if !containsCursor(mine, c) {
+				if !slices.Contains(mine, c) {
 					mine = append(mine, c)
 				}
 			}
