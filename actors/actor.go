@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -113,6 +114,9 @@ type Actor struct {
 	acksNext *UpdatePlan
 	// acksOutPlan is the plan being written (while acksOut is not nil).
 	acksOutPlan *UpdatePlan
+
+	// waits is scratch for the due-to-claim times a claim reports.
+	waits []time.Duration
 }
 
 // acksDone is the message an overlapped ack write posts to its actor's
@@ -243,6 +247,7 @@ func (a *Actor) writeAcks(ctx context.Context, p UpdatePlan) {
 		defer close(out)
 		applied, err := a.deps.Store.JobUpdateMany(ctx, p.Params)
 		a.mbox.push(&Message{Op: opAcksDone, Body: &acksDone{plan: &p, applied: applied, err: err}})
+		a.deps.Observer.Settled(a.ns, p.Settled(applied, err))
 		p.AckAnswers(applied, err)
 	}
 	if a.deps.Beside != nil {
@@ -477,9 +482,46 @@ func (a *Actor) updates(ctx context.Context, calls []*UpdateCall, now time.Time)
 		if err != nil {
 			a.log.Warn("update write failed", "err", err)
 		}
+		settled := p.Settled(applied, err)
+		a.observe(func() { a.deps.Observer.Settled(a.ns, settled) })
 	}
 	for _, r := range c.UpdatesDone(&p, applied, err) {
 		r.Msg.respond(r.Body, r.Err)
+	}
+}
+
+// observe makes a report to the metrics of what the step wrote: at once,
+// or, where the step is one transaction, once it commits. A step whose
+// commit fails wrote nothing, and reports nothing.
+func (a *Actor) observe(f func()) {
+	if a.box.holding {
+		a.box.after = append(a.box.after, f)
+		return
+	}
+	f()
+}
+
+// observeOutcomes counts one call's jobs by outcome.
+func observeOutcomes(o Observer, ns string, res []api.EnqueueResult) {
+	var n [4]int
+	for _, r := range res {
+		switch r.Outcome {
+		case api.OutcomeEnqueued:
+			n[0]++
+		case api.OutcomeDeduplicated:
+			n[1]++
+		case api.OutcomeCoalesced:
+			n[2]++
+		case api.OutcomeShed:
+			n[3]++
+		default:
+			o.Outcomes(ns, r.Outcome, 1)
+		}
+	}
+	for i, outcome := range [...]api.Outcome{api.OutcomeEnqueued, api.OutcomeDeduplicated, api.OutcomeCoalesced, api.OutcomeShed} {
+		if n[i] > 0 {
+			o.Outcomes(ns, outcome, n[i])
+		}
 	}
 }
 
@@ -525,12 +567,13 @@ func (a *Actor) enqueues(ctx context.Context, calls []*EnqueueCall, now time.Tim
 		}
 		for i, call := range p.Calls {
 			res := results[i]
-			if p.Params.Calls[i].ShedError != "" {
-				a.deps.Observer.Refused(a.ns, reasonOf(p.Params.Calls[i].ShedError))
-			}
-			for _, r := range res {
-				a.deps.Observer.Outcomes(a.ns, r.Outcome, 1)
-			}
+			shed := p.Params.Calls[i].ShedError
+			a.observe(func() {
+				if shed != "" {
+					a.deps.Observer.Refused(a.ns, reasonOf(shed))
+				}
+				observeOutcomes(a.deps.Observer, a.ns, res)
+			})
 			call.Msg.respond(api.EnqueueReply{Results: res}, nil)
 		}
 		if !c.Loaded() {
@@ -619,10 +662,16 @@ func (a *Actor) claims(ctx context.Context, calls []*ClaimCall, now time.Time) {
 			return
 		}
 		out := make([]api.Job, len(jobs))
+		waits := a.waits[:0]
 		for i := range jobs {
 			out[i] = JobView(&jobs[i], c.maxAttempts(jobs[i].MaxAttempts, jobs[i].Queue))
+			waits = append(waits, max(now.Sub(jobs[i].RunAt), 0))
 		}
-		a.deps.Observer.Claimed(a.ns, len(out))
+		a.waits = waits
+		if a.box.holding {
+			waits = slices.Clone(waits) // reported after the step: a.waits is reused
+		}
+		a.observe(func() { a.deps.Observer.Claimed(a.ns, waits) })
 		call.Msg.respond(api.ClaimReply{Jobs: out}, nil)
 	}
 	if err == nil {

@@ -851,6 +851,44 @@ func (p *UpdatePlan) AckAnswers(applied []bool, err error) {
 	}
 }
 
+// Settled counts how the attempts of a written plan ended, for the
+// metrics: what the store applied, by kind. Expired counts the lease
+// expiries among Retried and Dead.
+type Settled struct {
+	Completed, Retried, Dead, Released, Expired int
+}
+
+// Settled is what p's write settled, from what the store said: nothing
+// when the write failed, and only the updates it applied (a lost lease
+// settles nothing). Heartbeats settle nothing.
+func (p *UpdatePlan) Settled(applied []bool, err error) Settled {
+	var s Settled
+	if err != nil {
+		return s
+	}
+	for i, e := range p.entries {
+		if i >= len(applied) || !applied[i] {
+			continue
+		}
+		switch e.kind {
+		case store.UpdateComplete:
+			s.Completed++
+		case store.UpdateRetry:
+			s.Retried++
+		case store.UpdateDead:
+			s.Dead++
+		case store.UpdateRelease:
+			s.Released++
+		default:
+			continue
+		}
+		if e.expire {
+			s.Expired++
+		}
+	}
+	return s
+}
+
 // answer answers every call of p with err.
 func (p *UpdatePlan) answer(err *api.Error) {
 	for _, e := range p.entries {

@@ -117,6 +117,9 @@ func (m *Message) respond(body any, err *api.Error) {
 type outbox struct {
 	holding bool
 	held    []heldReply
+	// after are the step's reports to the metrics (Actor.observe), made
+	// once its writes are committed, before its answers leave.
+	after []func()
 }
 
 type heldReply struct {
@@ -125,12 +128,19 @@ type heldReply struct {
 	err  *api.Error
 }
 
-// release delivers the held answers. With failed set, the step's writes
-// did not happen: every answer that reported success reports failed
-// instead (refusals stand: they wrote nothing).
+// release makes the step's reports and delivers the held answers. With
+// failed set, the step's writes did not happen: nothing is reported, and
+// every answer that reported success reports failed instead (refusals
+// stand: they wrote nothing).
 func (b *outbox) release(failed *api.Error) {
-	held := b.held
-	b.held, b.holding = b.held[:0], false
+	held, after := b.held, b.after
+	b.held, b.after, b.holding = b.held[:0], b.after[:0], false
+	for i, f := range after {
+		after[i] = nil
+		if failed == nil {
+			f()
+		}
+	}
 	for i, h := range held {
 		held[i] = heldReply{}
 		if failed != nil && h.err == nil {
@@ -174,8 +184,14 @@ type Observer interface {
 	Refused(ns string, reason api.Reason)
 	// Gauges reports a namespace's pending and running counts.
 	Gauges(ns string, pending, running int64)
-	// Claimed counts jobs handed to workers.
-	Claimed(ns string, n int)
+	// Claimed counts jobs handed to workers: waits holds, for each, how
+	// long it had been due (since its run_at) when it went out. The slice
+	// is the actor's: it is not kept past the call.
+	Claimed(ns string, waits []time.Duration)
+	// Settled counts how the attempts of a write ended (acked, retried,
+	// dead, released; lease expiries among them), once the store applied
+	// it and before its calls are answered.
+	Settled(ns string, s Settled)
 	// Paced counts quota refusals held past the burst (pace.go).
 	Paced(ns string)
 }
@@ -185,7 +201,8 @@ type nopObserver struct{}
 func (nopObserver) Outcomes(string, api.Outcome, int) {}
 func (nopObserver) Refused(string, api.Reason)        {}
 func (nopObserver) Gauges(string, int64, int64)       {}
-func (nopObserver) Claimed(string, int)               {}
+func (nopObserver) Claimed(string, []time.Duration)   {}
+func (nopObserver) Settled(string, Settled)           {}
 func (nopObserver) Paced(string)                      {}
 
 // Ask sends a message of op to ns's actor through send and waits for the

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/flexiq/flexiq/actors"
 	"github.com/flexiq/flexiq/alarm"
 	"github.com/flexiq/flexiq/api"
 )
@@ -19,6 +20,9 @@ type Metrics struct {
 	refusals *prometheus.CounterVec
 	shed     *prometheus.CounterVec
 	claimed  *prometheus.CounterVec
+	wait     *prometheus.HistogramVec
+	attempts *prometheus.CounterVec
+	expired  *prometheus.CounterVec
 	paced    *prometheus.CounterVec
 	pending  *prometheus.GaugeVec
 	running  *prometheus.GaugeVec
@@ -61,6 +65,19 @@ func NewMetrics() *Metrics {
 		claimed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flexiq_jobs_claimed_total", Help: "Jobs handed to workers.",
 		}, []string{"namespace"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "flexiq_job_wait_seconds",
+			Help:    "How long each job handed to a worker had been due: from its run_at (enqueue, delay or retry time) to its claim.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"namespace"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flexiq_job_attempts_total",
+			Help: "Attempts by how they ended: completed (acked), retried (failed, to run again), dead (failed for good), released (given back unstarted, the attempt unspent).",
+		}, []string{"namespace", "outcome"}),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flexiq_leases_expired_total",
+			Help: "Attempts whose lease ran out before an ack or nack (also counted as retried or dead in flexiq_job_attempts_total).",
+		}, []string{"namespace"}),
 		paced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flexiq_refusals_paced_total", Help: "Quota refusals of client calls answered late, past the namespace's burst (docs/protocol.md, Refusals are paced).",
 		}, []string{"namespace"}),
@@ -100,7 +117,7 @@ func NewMetrics() *Metrics {
 		}, []string{"namespace", "limit"}),
 		alarmSeries: map[[2]string]bool{},
 	}
-	m.Registry.MustRegister(m.outcomes, m.refusals, m.shed, m.claimed, m.paced, m.pending, m.running,
+	m.Registry.MustRegister(m.outcomes, m.refusals, m.shed, m.claimed, m.wait, m.attempts, m.expired, m.paced, m.pending, m.running,
 		m.Propagation.delay, m.Propagation.skipped, m.Propagation.dropped,
 		m.PeriodicFires, m.RetentionDeleted, m.RetentionSkipped, m.quotaAlarm,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -159,10 +176,30 @@ func (m *Metrics) QuotaAlarms(all []alarm.Alarm) {
 // Paced counts a quota refusal held past the burst.
 func (m *Metrics) Paced(ns string) { m.paced.WithLabelValues(ns).Inc() }
 
-// Claimed counts jobs handed to workers.
-func (m *Metrics) Claimed(ns string, n int) {
-	if n > 0 {
-		m.claimed.WithLabelValues(ns).Add(float64(n))
+// Claimed counts jobs handed to workers and how long each had been due.
+func (m *Metrics) Claimed(ns string, waits []time.Duration) {
+	if len(waits) == 0 {
+		return
+	}
+	m.claimed.WithLabelValues(ns).Add(float64(len(waits)))
+	h := m.wait.WithLabelValues(ns)
+	for _, d := range waits {
+		h.Observe(d.Seconds())
+	}
+}
+
+// Settled counts how a write's attempts ended.
+func (m *Metrics) Settled(ns string, s actors.Settled) {
+	for _, o := range [...]struct {
+		outcome string
+		n       int
+	}{{"completed", s.Completed}, {"retried", s.Retried}, {"dead", s.Dead}, {"released", s.Released}} {
+		if o.n > 0 {
+			m.attempts.WithLabelValues(ns, o.outcome).Add(float64(o.n))
+		}
+	}
+	if s.Expired > 0 {
+		m.expired.WithLabelValues(ns).Add(float64(s.Expired))
 	}
 }
 

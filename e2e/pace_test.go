@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"context"
-	"net/http"
-	"regexp"
-	"strconv"
 	"sync"
 	"testing"
 
@@ -83,14 +80,6 @@ func flood(t *testing.T, tn *tenant) {
 // when it has no such series (none held).
 func paced(t *testing.T, e *env, ns string) (n int, ok bool) {
 	t.Helper()
-	status, raw := e.do("GET", "/metrics", e.root, nil)
-	if status != http.StatusOK {
-		t.Fatalf("GET /metrics: %d", status)
-	}
-	m := regexp.MustCompile(`(?m)^flexiq_refusals_paced_total\{namespace="` + regexp.QuoteMeta(ns) + `"\} (\d+)$`).FindSubmatch(raw)
-	if m == nil {
-		return 0, false
-	}
-	n, _ = strconv.Atoi(string(m[1]))
-	return n, true
+	v, ok := metric(t, e, `flexiq_refusals_paced_total{namespace="`+ns+`"}`)
+	return int(v), ok
 }

@@ -932,7 +932,8 @@ type simObserver struct{ s *Sim }
 func (simObserver) Outcomes(string, api.Outcome, int) {}
 func (simObserver) Refused(string, api.Reason)        {}
 func (simObserver) Gauges(string, int64, int64)       {}
-func (simObserver) Claimed(string, int)               {}
+func (simObserver) Claimed(string, []time.Duration)   {}
+func (simObserver) Settled(string, actors.Settled)    {}
 func (o simObserver) Paced(string)                    { o.s.stat("refusal paced") }
 
 // ---------------------------------------------------------------------------
