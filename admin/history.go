@@ -27,9 +27,10 @@ const (
 // History is a node's recent usage per namespace: pending and running
 // counts as the namespace's actor reports them (so only for namespaces
 // whose actor runs on this node, their owner in a cluster), and the jobs
-// enqueued, the calls refused and the jobs shed in each interval (from the
-// same counters as flexiq_enqueue_outcomes_total,
-// flexiq_enqueue_refusals_total and flexiq_jobs_shed_total).
+// enqueued, the calls refused, the jobs shed, the jobs completed and the
+// jobs failed for good in each interval (from the same counters as
+// flexiq_enqueue_outcomes_total, flexiq_enqueue_refusals_total,
+// flexiq_jobs_shed_total and flexiq_job_attempts_total).
 type History struct {
 	m        *Metrics
 	interval time.Duration
@@ -61,11 +62,13 @@ type sample struct {
 	at                                    int64 // unix milliseconds
 	pending, running                      int64
 	admitted, enqueued, refused, jobsShed uint32
+	completed, failed                     uint32
 }
 
 // totals are a namespace's counters since the node started.
 type totals struct {
 	admitted, enqueued, refused, shed float64
+	completed, failed                 float64
 }
 
 // NewHistory starts keeping history from m's reports, one sample per
@@ -161,7 +164,8 @@ func (h *History) Sample(now time.Time) {
 		}
 		d := sample{at: at, pending: s.pending, running: s.running,
 			admitted: delta(t.admitted, s.base.admitted), enqueued: delta(t.enqueued, s.base.enqueued),
-			refused: delta(t.refused, s.base.refused), jobsShed: delta(t.shed, s.base.shed)}
+			refused: delta(t.refused, s.base.refused), jobsShed: delta(t.shed, s.base.shed),
+			completed: delta(t.completed, s.base.completed), failed: delta(t.failed, s.base.failed)}
 		s.base = t
 		if len(s.ring) < h.samples {
 			s.ring = append(s.ring, d)
@@ -235,6 +239,10 @@ type HistoryReply struct {
 	Enqueued []int64 `json:"enqueued"`
 	Refused  []int64 `json:"refused"`
 	Shed     []int64 `json:"shed"`
+	// Completed are the jobs acked, Failed those that failed for good
+	// (dead, shed ones aside), per interval.
+	Completed []int64 `json:"completed"`
+	Failed    []int64 `json:"failed"`
 	// EnqueueRate is the namespace's enqueue_rate beside the jobs it had
 	// admitted per unit lately; null when no rate is set.
 	EnqueueRate *alarm.Reading `json:"enqueue_rate"`
@@ -244,7 +252,8 @@ type HistoryReply struct {
 // keeps no history of.
 func (h *History) Get(ns string) HistoryReply {
 	out := HistoryReply{Namespace: ns, IntervalMS: h.interval.Milliseconds(),
-		At: []int64{}, Pending: []int64{}, Running: []int64{}, Enqueued: []int64{}, Refused: []int64{}, Shed: []int64{}}
+		At: []int64{}, Pending: []int64{}, Running: []int64{}, Enqueued: []int64{}, Refused: []int64{}, Shed: []int64{},
+		Completed: []int64{}, Failed: []int64{}}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.series[ns]
@@ -258,6 +267,8 @@ func (h *History) Get(ns string) HistoryReply {
 		out.Enqueued = append(out.Enqueued, int64(x.enqueued))
 		out.Refused = append(out.Refused, int64(x.refused))
 		out.Shed = append(out.Shed, int64(x.jobsShed))
+		out.Completed = append(out.Completed, int64(x.completed))
+		out.Failed = append(out.Failed, int64(x.failed))
 	}
 	return out
 }
@@ -331,6 +342,20 @@ func (m *Metrics) totals(names map[string]bool) map[string]totals {
 			t.admitted += v
 		default: // deduplicated, coalesced: admitted, a token spent
 			t.admitted += v
+		}
+		out[ns] = t
+	})
+	collect(m.attempts, func(labels map[string]string, v float64) {
+		ns := labels["namespace"]
+		if !names[ns] {
+			return
+		}
+		t := out[ns]
+		switch labels["outcome"] {
+		case attemptCompleted:
+			t.completed += v
+		case attemptDead:
+			t.failed += v
 		}
 		out[ns] = t
 	})

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexiq/flexiq/actors"
 	"github.com/flexiq/flexiq/api"
 )
 
@@ -26,13 +27,16 @@ func TestHistorySamples(t *testing.T) {
 	h.Sample(t0)
 	h.Sample(t0.Add(10 * time.Second))
 	m.Outcomes("acme", api.OutcomeEnqueued, 4)
+	m.Settled("acme", actors.Settled{Completed: 2, Retried: 1, Dead: 1, Released: 1, Expired: 1})
+	m.Settled("other", actors.Settled{Completed: 5})
 	m.Gauges("acme", 9, 0)
 	h.Sample(t0.Add(20 * time.Second))
 
 	got := h.Get("acme")
 	want := HistoryReply{Namespace: "acme", IntervalMS: 10000,
 		At:      []int64{t0.UnixMilli(), t0.Add(10 * time.Second).UnixMilli(), t0.Add(20 * time.Second).UnixMilli()},
-		Pending: []int64{5, 5, 9}, Running: []int64{1, 1, 0}, Enqueued: []int64{3, 0, 4}, Refused: []int64{2, 0, 0}, Shed: []int64{2, 0, 0}}
+		Pending: []int64{5, 5, 9}, Running: []int64{1, 1, 0}, Enqueued: []int64{3, 0, 4}, Refused: []int64{2, 0, 0}, Shed: []int64{2, 0, 0},
+		Completed: []int64{0, 0, 2}, Failed: []int64{0, 0, 1}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("history\n got %+v\nwant %+v", got, want)
 	}

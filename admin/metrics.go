@@ -188,12 +188,20 @@ func (m *Metrics) Claimed(ns string, waits []time.Duration) {
 	}
 }
 
+// The outcome label of flexiq_job_attempts_total.
+const (
+	attemptCompleted = "completed"
+	attemptRetried   = "retried"
+	attemptDead      = "dead"
+	attemptReleased  = "released"
+)
+
 // Settled counts how a write's attempts ended.
 func (m *Metrics) Settled(ns string, s actors.Settled) {
 	for _, o := range [...]struct {
 		outcome string
 		n       int
-	}{{"completed", s.Completed}, {"retried", s.Retried}, {"dead", s.Dead}, {"released", s.Released}} {
+	}{{attemptCompleted, s.Completed}, {attemptRetried, s.Retried}, {attemptDead, s.Dead}, {attemptReleased, s.Released}} {
 		if o.n > 0 {
 			m.attempts.WithLabelValues(ns, o.outcome).Add(float64(o.n))
 		}

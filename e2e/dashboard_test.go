@@ -130,6 +130,16 @@ func TestDashboardRoutes(t *testing.T) {
 			}
 		}
 		waitUntil(t, "the alarm cleared", func() bool { a := alarms(acme.admin); return len(a) == 1 && a[0].State == "cleared" })
+		// The acks in the history's completed column.
+		waitUntil(t, "2 completed in the usage history", func() bool {
+			var h struct{ Completed, Failed []int64 }
+			e.mustDo(200, "GET", "/v1/usage/history", acme.admin, nil, &h)
+			var done, failed int64
+			for i := range h.Completed {
+				done, failed = done+h.Completed[i], failed+h.Failed[i]
+			}
+			return done == 2 && failed == 0
+		})
 	})
 }
 

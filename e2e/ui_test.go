@@ -399,6 +399,14 @@ func TestUIUsageMovesWhileAProducerEnqueues(t *testing.T) {
 	first := js[float64](t, tab, `+document.querySelector('#limits tr[data-field="max_pending"]').dataset.usage`)
 	until(t, tab, "pending to keep rising", fmt.Sprintf(`+document.querySelector('#limits tr[data-field="max_pending"]').dataset.usage >= %v`, first+20))
 	until(t, tab, "the enqueued chart", `+document.querySelector('figure[data-series="enqueued"]').dataset.sum > 0`)
+	// A worker acks two jobs: the completed chart shows them.
+	w := n.client(n.token("acme", "worker"))
+	for _, j := range claim(t, w, 2, "emails") {
+		if err := w.Ack(context.Background(), j.ID, j.Attempt, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	until(t, tab, "the completed chart", `+document.querySelector('figure[data-series="completed"]').dataset.sum === 2`)
 	until(t, tab, "the pending chart", `+document.querySelector('figure[data-series="pending"]').dataset.last > 0`)
 	until(t, tab, "the enqueue rate", `+document.querySelector('#limits tr[data-field="enqueue_rate"]').dataset.usage > 0`)
 	until(t, tab, "a bar as wide as the usage", `(() => {

@@ -25,6 +25,8 @@ const SERIES = [
   {key: 'enqueued', label: 'enqueued', help: 'jobs enqueued per interval'},
   {key: 'refused', label: 'refused', help: 'calls refused or shed per interval'},
   {key: 'shed', label: 'shed', help: 'jobs shed per interval'},
+  {key: 'completed', label: 'completed', help: 'jobs acked per interval'},
+  {key: 'failed', label: 'failed', help: 'jobs that failed for good (dead) per interval'},
 ];
 
 const state = {
