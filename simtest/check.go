@@ -392,14 +392,19 @@ func (s *Sim) checkClaimReply(st *stepCtx, m *msgRec) {
 
 func (s *Sim) checkUpdateReply(st *stepCtx, m *msgRec) {
 	// The update this message caused, if any: an ack completes, a nack
-	// fails with its error (a lease expiry of the job is not this message's).
-	var id string
+	// fails with its error (a lease expiry of the job is not this message's),
+	// under the attempt it names, when it names one (another call's update
+	// of the job's next attempt is not this message's).
+	var (
+		id      string
+		attempt int64
+	)
 	mine := func(u store.JobUpdate) bool { return u.Kind == store.UpdateComplete }
 	switch b := m.body.(type) {
 	case *api.AckRequest:
-		id = b.ID
+		id, attempt = b.ID, b.Attempt
 	case *api.NackRequest:
-		id = b.ID
+		id, attempt = b.ID, b.Attempt
 		mine = func(u store.JobUpdate) bool {
 			return (u.Kind == store.UpdateRetry || u.Kind == store.UpdateDead) && u.Error == b.Error
 		}
@@ -409,7 +414,7 @@ func (s *Sim) checkUpdateReply(st *stepCtx, m *msgRec) {
 	}
 	var done *updRec
 	for _, u := range st.updated[id] {
-		if u.applied && mine(u.u) {
+		if u.applied && mine(u.u) && (attempt == 0 || u.u.Attempt == attempt) {
 			done = u
 		}
 	}
