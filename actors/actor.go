@@ -406,10 +406,12 @@ func (a *Actor) step(ctx context.Context, msgs []*Message, now time.Time) {
 func (a *Actor) load(ctx context.Context, now time.Time) error {
 	counts, err := a.store.JobCount(ctx, a.ns)
 	if err != nil {
+		a.core.LoadFailed()
 		return err
 	}
 	running, err := a.store.JobListRunning(ctx, a.ns)
 	if err != nil {
+		a.core.LoadFailed()
 		return err
 	}
 	a.core.Load(counts, running, now)

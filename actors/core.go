@@ -31,11 +31,15 @@ type Core struct {
 	ids  *IDGen
 	snap cachebust.Snapshot
 
-	loaded  bool
-	pending int64
-	bucket  admission.Bucket
-	counts  dispatch.Counts
-	running map[string]*runInfo
+	loaded bool
+	// loadFailed: the last Load could not be made (LoadFailed). Until one
+	// is, the running jobs the store holds are unknown here, and so are
+	// their leases.
+	loadFailed bool
+	pending    int64
+	bucket     admission.Bucket
+	counts     dispatch.Counts
+	running    map[string]*runInfo
 	// loads counts Load calls: a plan of acks written beside later steps
 	// applies to the counts only if they were not read again meanwhile.
 	loads uint64
@@ -112,6 +116,7 @@ func (c *Core) Loaded() bool { return c.loaded }
 // running jobs.
 func (c *Core) Load(counts store.Counts, running []store.Job, now time.Time) {
 	c.loads++
+	c.loadFailed = false
 	c.pending = counts.Pending
 	c.counts = dispatch.Counts{}
 	c.running = make(map[string]*runInfo, len(running))
@@ -134,6 +139,11 @@ func (c *Core) Load(counts store.Counts, running []store.Job, now time.Time) {
 		c.lastActive = now
 	}
 }
+
+// LoadFailed records that the counts could not be read: the core stays
+// Busy, so that its actor stays up and tries again, rather than leave the
+// leases of running jobs nobody else watches to run out unnoticed.
+func (c *Core) LoadFailed() { c.loadFailed = true }
 
 // Unload forgets the counts: after a store error the core cannot know what
 // landed, so it reloads before its next decision.
@@ -1064,9 +1074,12 @@ func (c *Core) NextDeadline() time.Time {
 }
 
 // Busy reports whether the core holds work that needs its actor alive:
-// running jobs (whose leases it watches), parked claims or held refusals.
+// running jobs (whose leases it watches), parked claims or held refusals,
+// or counts it could not read (the namespace may have running jobs: a
+// node that takes it over wakes its actor once, and an actor that
+// passivated before it read them would leave their leases unwatched).
 func (c *Core) Busy() bool {
-	return len(c.running) > 0 || len(c.waiters) > 0 || len(c.pace.held) > 0
+	return c.loadFailed || len(c.running) > 0 || len(c.waiters) > 0 || len(c.pace.held) > 0
 }
 
 // Idle reports whether the actor may passivate at now.

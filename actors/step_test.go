@@ -158,3 +158,56 @@ func TestReleaseGivesBackAnUnstartedJob(t *testing.T) {
 		t.Fatalf("release under another attempt: %+v", lost)
 	}
 }
+
+// readFault fails every count read while failing is set; it hides
+// SQLite's BeginStep (its writes are not one transaction a step).
+type readFault struct {
+	Store
+	failing atomic.Bool
+}
+
+func (r *readFault) JobCount(ctx context.Context, ns string) (store.Counts, error) {
+	if r.failing.Load() {
+		return store.Counts{}, errors.New("injected read failure")
+	}
+	return r.Store.JobCount(ctx, ns)
+}
+
+// A namespace's new actor that cannot read its counts stays up and tries
+// again: the running jobs it has not read may hold leases that run out,
+// and nothing else watches them (a node wakes the namespaces it takes
+// over once; an actor that passivated then would leave them running until
+// some call for the namespace came). Once the store answers, the lease
+// that ran out is expired.
+func TestAnActorThatCannotReadItsCountsStaysUpAndTriesAgain(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(1_000_000, 0)
+	first, st := sqliteActor(t, `{}`, Pace{})
+	stepOnce(t, first, t0, OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{ID: "j", Queue: "q", Task: "t"}}})
+	if got := stepOnce(t, first, t0, OpClaim, &api.ClaimRequest{Queues: []string{"q"}, Max: 1, LeaseMS: 1000}); len(*got) != 1 || len((*got)[0].body.(api.ClaimReply).Jobs) != 1 {
+		t.Fatalf("claim: %+v", *got)
+	}
+
+	// The namespace's next actor, as on a node that took it over.
+	rf := &readFault{Store: st}
+	rf.failing.Store(true)
+	deps := &Deps{Store: rf, Snapshots: cachebust.New(st, time.Second, nil), Log: slog.New(slog.DiscardHandler), Observer: nopObserver{}}
+	a := NewActor("acme", NewCore("acme", rand.New(rand.NewPCG(1, 2))), deps)
+	wake := stepOnce(t, a, t0.Add(2*time.Second), OpWake, nil)
+	if len(*wake) != 1 || (*wake)[0].err == nil || (*wake)[0].err.Code != api.CodeUnavailable {
+		t.Fatalf("wake with the counts unreadable answered %+v, want UNAVAILABLE", *wake)
+	}
+	if !a.Core().Busy() || a.Core().Idle(t0.Add(time.Hour), time.Second) {
+		t.Fatal("an actor that could not read its counts may passivate: the lease of job j would go unwatched")
+	}
+
+	rf.failing.Store(false)
+	a.Step(ctx, t0.Add(3*time.Second)) // its next poll, no message
+	j, err := st.JobGet(ctx, "acme", "j")
+	if err != nil || j.Status != api.StatusPending || j.Error != "lease expired" {
+		t.Fatalf("job j after the counts were read: %+v, %v; want pending again, its lease expired", j, err)
+	}
+	if a.Core().Busy() {
+		t.Fatal("still busy with nothing running and the counts read")
+	}
+}
