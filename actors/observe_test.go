@@ -11,7 +11,6 @@ import (
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/cachebust"
-	"github.com/flexiq/flexiq/store/sqlite"
 )
 
 // recordingObserver keeps what the metrics are told of claims and of how
@@ -142,13 +141,7 @@ func TestTheMetricsLearnHowLongJobsWaitedAndHowAttemptsEnded(t *testing.T) {
 // for its commit: a step whose commit fails wrote nothing, and reports
 // nothing; the same step again, committed, reports once.
 func TestAStepThatFailsToCommitReportsNothing(t *testing.T) {
-	ctx := context.Background()
-	faults := &commitFault{}
-	st, err := sqlite.Open(ctx, ":memory:", sqlite.Options{Faults: faults})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, faults := faultySQLite(t)
 	obs := &countingObserver{}
 	deps := &Deps{Store: st, Snapshots: cachebust.New(st, time.Second, nil), Log: slog.New(slog.DiscardHandler), Observer: obs}
 	a := NewActor("acme", NewCore("acme", rand.New(rand.NewPCG(1, 2))), deps)

@@ -26,6 +26,19 @@ func (f *commitFault) Fault(op string, _ int) error {
 	return nil
 }
 
+// faultySQLite is a private in-memory SQLite store whose step commits
+// fail while its fault is armed; the test's end closes it.
+func faultySQLite(t *testing.T) (*sqlite.Store, *commitFault) {
+	t.Helper()
+	faults := &commitFault{}
+	st, err := sqlite.Open(context.Background(), ":memory:", sqlite.Options{Faults: faults})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, faults
+}
+
 func collect(m *Message, into *[]answer) *Message {
 	m.Reply = func(b any, e *api.Error) { *into = append(*into, answer{b, e}) }
 	return m
@@ -36,12 +49,7 @@ func collect(m *Message, into *[]answer) *Message {
 // and the counts the step changed are read again from the store.
 func TestStepAnswersWaitForTheCommit(t *testing.T) {
 	ctx := context.Background()
-	faults := &commitFault{}
-	st, err := sqlite.Open(ctx, ":memory:", sqlite.Options{Faults: faults})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, faults := faultySQLite(t)
 	deps := &Deps{Store: st, Snapshots: cachebust.New(st, time.Second, nil), Log: slog.New(slog.DiscardHandler), Observer: nopObserver{}}
 	a := NewActor("acme", NewCore("acme", rand.New(rand.NewPCG(1, 2))), deps)
 	now := time.Unix(1_000_000, 0)
