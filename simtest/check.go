@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -88,6 +89,10 @@ type stepCtx struct {
 	// before holds the model's view, at the start of the step, of the jobs
 	// its acks and nacks name.
 	before map[string]*mjob
+	// acking are the acks being written beside the steps when the step
+	// began, by job: an update of that job that lands inside the step is
+	// theirs.
+	acking map[string]*msgRec
 	// fence is what the node's cluster gave the actor this step (cluster
 	// mode; nil when it does not own the namespace now).
 	fence      *store.Fence
@@ -185,7 +190,15 @@ func (st *stepCtx) namedOnce(id string) bool {
 
 // captureBefore keeps the model's view of the jobs the step's acks and
 // nacks name, to judge the answers against.
+// ackedOut says whether another call's ack of job id was being written
+// beside the steps when st began.
+func (st *stepCtx) ackedOut(id string, m *msgRec) bool {
+	o := st.acking[id]
+	return o != nil && o != m
+}
+
 func (s *Sim) captureBefore(st *stepCtx) {
+	st.acking = maps.Clone(st.sa.acking)
 	nm := s.m.ns[st.ns]
 	for _, m := range st.msgs {
 		var id string
@@ -440,7 +453,7 @@ func (s *Sim) checkUpdateReply(st *stepCtx, m *msgRec) {
 		}
 		return
 	}
-	if done != nil && !done.w.hidden && st.namedOnce(id) {
+	if done != nil && !done.w.hidden && st.namedOnce(id) && !st.ackedOut(id, m) {
 		s.violate(InvReply, "m%d answered %s, but its update committed and was reported ok", m.id, m.err.Code)
 	}
 	// The job as the step that took the call saw it: this one, or, for an
@@ -455,7 +468,7 @@ func (s *Sim) checkUpdateReply(st *stepCtx, m *msgRec) {
 			s.violate(InvReply, "m%d: UNKNOWN_JOB for %s, which exists", m.id, s.alias(id))
 		}
 		// Another ack of the job being written refuses this one.
-		if !st.storeErr && owned && once && !st.sa.ackOut(id, m) && b != nil && b.status == api.StatusRunning && b.attempt == m.attempt && b.leaseUntil.After(at) {
+		if !st.storeErr && owned && once && !st.sa.ackOut(id, m) && !st.ackedOut(id, m) && b != nil && b.status == api.StatusRunning && b.attempt == m.attempt && b.leaseUntil.After(at) {
 			s.violate(InvReply, "m%d: %s refused for %s, whose lease (attempt %d) ran to +%s when it was taken at +%s", m.id, m.err.Reason, s.alias(id), b.attempt, fmtDur(b.leaseUntil.Sub(epoch)), fmtDur(at.Sub(epoch)))
 		}
 	default:
