@@ -316,12 +316,23 @@ func (a *Actor) step(ctx context.Context, msgs []*Message, now time.Time) {
 		}
 	}
 	if !c.Loaded() {
+		failing := c.LoadFailing()
 		if err := a.load(ctx, now); err != nil {
-			a.log.Warn("cannot load namespace counts", "err", err)
+			// Said once: the actor tries again every second until it
+			// can, and an outage would otherwise log a line a second
+			// for every namespace active on the node.
+			level := slog.LevelWarn
+			if failing {
+				level = slog.LevelDebug
+			}
+			a.log.Log(ctx, level, "cannot load namespace counts; trying again every second", "err", err)
 			for _, m := range msgs {
 				m.respond(nil, StoreError(err))
 			}
 			return
+		}
+		if failing {
+			a.log.Info("namespace counts read again")
 		}
 	}
 

@@ -145,6 +145,9 @@ func (c *Core) Load(counts store.Counts, running []store.Job, now time.Time) {
 // leases of running jobs nobody else watches to run out unnoticed.
 func (c *Core) LoadFailed() { c.loadFailed = true }
 
+// LoadFailing reports whether the last Load could not be made.
+func (c *Core) LoadFailing() bool { return c.loadFailed }
+
 // Unload forgets the counts: after a store error the core cannot know what
 // landed, so it reloads before its next decision.
 func (c *Core) Unload() {

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/internal/testlog"
 	"github.com/flexiq/flexiq/quota"
 	"github.com/flexiq/flexiq/store"
 	"github.com/flexiq/flexiq/store/sqlite"
@@ -199,7 +201,8 @@ func TestAnActorThatCannotReadItsCountsStaysUpAndTriesAgain(t *testing.T) {
 	// The namespace's next actor, as on a node that took it over.
 	rf := &readFault{Store: st}
 	rf.failing.Store(true)
-	deps := &Deps{Store: rf, Snapshots: cachebust.New(st, time.Second, nil), Log: slog.New(slog.DiscardHandler), Observer: nopObserver{}}
+	var logs testlog.Buffer
+	deps := &Deps{Store: rf, Snapshots: cachebust.New(st, time.Second, nil), Log: logs.Logger(slog.LevelInfo), Observer: nopObserver{}}
 	a := NewActor("acme", NewCore("acme", rand.New(rand.NewPCG(1, 2))), deps)
 	wake := stepOnce(t, a, t0.Add(2*time.Second), OpWake, nil)
 	if len(*wake) != 1 || (*wake)[0].err == nil || (*wake)[0].err.Code != api.CodeUnavailable {
@@ -208,9 +211,17 @@ func TestAnActorThatCannotReadItsCountsStaysUpAndTriesAgain(t *testing.T) {
 	if !a.Core().Busy() || a.Core().Idle(t0.Add(time.Hour), time.Second) {
 		t.Fatal("an actor that could not read its counts may passivate: the lease of job j would go unwatched")
 	}
+	a.Step(ctx, t0.Add(2500*time.Millisecond)) // polls that fail again are not logged again
+	a.Step(ctx, t0.Add(2600*time.Millisecond))
+	if n := strings.Count(logs.String(), "cannot load namespace counts"); n != 1 {
+		t.Fatalf("three failed reads logged %d times at info and above, want once:\n%s", n, logs.String())
+	}
 
 	rf.failing.Store(false)
 	a.Step(ctx, t0.Add(3*time.Second)) // its next poll, no message
+	if !strings.Contains(logs.String(), "namespace counts read again") {
+		t.Errorf("the recovery was not logged:\n%s", logs.String())
+	}
 	j, err := st.JobGet(ctx, "acme", "j")
 	if err != nil || j.Status != api.StatusPending || j.Error != "lease expired" {
 		t.Fatalf("job j after the counts were read: %+v, %v; want pending again, its lease expired", j, err)
