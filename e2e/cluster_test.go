@@ -968,14 +968,7 @@ func (c *testCluster) metricIf(m *member, name string) (float64, bool) {
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			var f float64
-			fmt.Sscan(v, &f)
-			return f, true
-		}
-	}
-	return 0, false
+	return seriesValue(c.t, data, name)
 }
 
 // A client's calls go straight to its namespace's owner once the owner has
@@ -985,7 +978,7 @@ func TestClusterCallsGoStraightToTheOwner(t *testing.T) {
 	eachSharedBackend(t, func(t *testing.T) {
 		c := startCluster(t, 3)
 		prod, work := c.token("acme", "producer"), c.token("acme", "worker")
-		_, rest := c.ownerOf("acme", c.members)
+		ownerNode, rest := c.ownerOf("acme", c.members)
 		via := rest[0]
 
 		// Wait until the owner's subject is known to via's server.
@@ -1053,6 +1046,19 @@ func TestClusterCallsGoStraightToTheOwner(t *testing.T) {
 			// The worker's first claim may go through via: it has not
 			// learnt the owner yet.
 			t.Fatalf("%s forwarded %v calls of clients that knew their owner, want at most the worker's first", via.id, got)
+		}
+		// The owner's actor counts what it decided, whichever node the
+		// calls came through: the acks, answered, are counted there.
+		for series, want := range map[string]float64{
+			`flexiq_job_attempts_total{namespace="acme",outcome="completed"}`: 20,
+			`flexiq_job_wait_seconds_count{namespace="acme"}`:                 20,
+		} {
+			if got, _ := c.metricIf(ownerNode, series); got != want {
+				t.Errorf("%s on the owner %s = %v, want %v", series, ownerNode.id, got, want)
+			}
+			if got, ok := c.metricIf(via, series); ok {
+				t.Errorf("%s on %s, which owns nothing of acme, = %v", series, via.id, got)
+			}
 		}
 	})
 }

@@ -15,7 +15,14 @@ func metric(t *testing.T, e *env, series string) (v float64, ok bool) {
 	if status != http.StatusOK {
 		t.Fatalf("GET /metrics: %d", status)
 	}
-	for _, line := range strings.Split(string(raw), "\n") {
+	return seriesValue(t, raw, series)
+}
+
+// seriesValue is the value of series in a /metrics page; ok is false when
+// the page has no such series.
+func seriesValue(t testing.TB, page []byte, series string) (v float64, ok bool) {
+	t.Helper()
+	for _, line := range strings.Split(string(page), "\n") {
 		if rest, found := strings.CutPrefix(line, series+" "); found {
 			v, err := strconv.ParseFloat(rest, 64)
 			if err != nil {
