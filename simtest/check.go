@@ -266,7 +266,34 @@ func (s *Sim) checkStep(st *stepCtx) {
 	}
 }
 
+// relinkReplay gives m the batch of an identical replay answered in the
+// same step when that is what their answers say. A written replay carries
+// only its ids, so linkCall gives it to the first request that asked for
+// them; but the actor may have refused that one (a read that failed) and
+// written the other. The two asked for the same thing, so either may own
+// the write: only the answers tell which did.
+func (s *Sim) relinkReplay(st *stepCtx, m *msgRec) {
+	agrees := func(m *msgRec) bool { return (m.err == nil) == (m.batch.committed && !m.batch.hidden) }
+	if agrees(m) {
+		return
+	}
+	for _, o := range st.replies {
+		ob := o.batch
+		if o == m || ob == nil || ob.kind != kindReplay || o.ns != m.ns || ob.autoRetry != m.batch.autoRetry ||
+			!slices.Equal(ob.replayIDs, m.batch.replayIDs) || ob.committed == m.batch.committed || agrees(o) {
+			continue
+		}
+		s.logf("  relink m%d to b%d, m%d to b%d: identical replays, the answers say which was written", m.id, ob.id, o.id, m.batch.id)
+		m.batch, o.batch = ob, m.batch
+		m.batch.msg, o.batch.msg = m, o
+		return
+	}
+}
+
 func (s *Sim) checkEnqueueReply(st *stepCtx, m *msgRec) {
+	if m.batch.kind == kindReplay {
+		s.relinkReplay(st, m)
+	}
 	b := m.batch
 	nm := s.m.ns[st.ns]
 	// A refusal is decided under the quota of the step that took the

@@ -188,6 +188,10 @@ func (sc *Script) world(args []string) error {
 			cfg.OverlapAcks = true
 			hold = &fixedHold{mid: mid == "mid"}
 			hold.steps, err = strconv.Atoi(n)
+		case "steptx":
+			// steptx=on: each step one store transaction, its answers
+			// held until it commits (a node on SQLite).
+			cfg.StepTx = v == "on"
 		case "triggers":
 			for _, t := range strings.Split(v, ",") {
 				q, tk, _ := strings.Cut(t, "/")

@@ -505,7 +505,7 @@ func (s *Sim) linkCall(st *stepCtx, c store.EnqueueCall) *batchRec {
 	if len(c.ReplayIDs) > 0 {
 		for _, m := range st.msgs {
 			b := m.batch
-			if b != nil && b.kind == kindReplay && !m.replied && !b.committed && slices.Equal(b.replayIDs, c.ReplayIDs) {
+			if b != nil && b.kind == kindReplay && !m.replied && !b.committed && b.autoRetry == c.AutoRetry && slices.Equal(b.replayIDs, c.ReplayIDs) {
 				return b
 			}
 		}
