@@ -92,6 +92,95 @@ func exerciseEnqueue(t *testing.T, newStore Factory) {
 		}
 	})
 
+	t.Run("ManyJobsKeepTheirOwnFieldsAndOrder", func(t *testing.T) {
+		// Large calls, most of whose jobs share their queue, task and
+		// settings (a store may bind what rows share once) and some not:
+		// each job is stored with its own fields, in the call's order.
+		s := newStore(t, nil)
+		mk := func(prefix string, n int, generated bool, vary func(i int, j *store.NewJob)) []store.NewJob {
+			jobs := make([]store.NewJob, n)
+			for i := range jobs {
+				// Ids sort against the call's order.
+				j := newJob(fmt.Sprintf("%s%03d", prefix, n-i))
+				j.Generated = generated
+				j.MaxAttempts = 20
+				vary(i, &j)
+				jobs[i] = j
+			}
+			return jobs
+		}
+		mixed := func(i int, j *store.NewJob) {
+			switch {
+			case i%50 == 7:
+				j.Queue = "q2"
+			case i%60 == 9:
+				j.Priority = 5
+			case i%70 == 11:
+				j.RunAt = at(time.Duration(i) * time.Minute) // not due yet
+			case i%80 == 13:
+				j.MaxAttempts = 3
+			case i%90 == 17:
+				j.Task = "t2"
+			}
+		}
+		// Calls of 16 jobs, each written alone, one of whose jobs differs
+		// from the others in one field only.
+		one := []func(j *store.NewJob){
+			func(j *store.NewJob) { j.Queue = "q2" },
+			func(j *store.NewJob) { j.Task = "t2" },
+			func(j *store.NewJob) { j.Priority = -1 },
+			func(j *store.NewJob) { j.RunAt = at(time.Hour) },
+			func(j *store.NewJob) { j.RunAt = j.RunAt.Add(time.Microsecond) },
+			func(j *store.NewJob) { j.MaxAttempts = 2 },
+		}
+		calls := []store.EnqueueCall{
+			{Jobs: mk("c", 300, false, mixed)},
+			{Jobs: mk("g", 90, true, mixed)},
+			{Jobs: mk("s", 21, false, mixed), ShedError: shedError},
+		}
+		res := enqueue(t, s, nsA, base, calls...)
+		for k, f := range one {
+			call := store.EnqueueCall{Jobs: mk(fmt.Sprintf("o%d-", k), 16, k%2 == 0, func(i int, j *store.NewJob) {
+				if i == 5 {
+					f(j)
+				}
+			})}
+			calls = append(calls, call)
+			res = append(res, enqueue(t, s, nsA, base, call)...)
+		}
+		var prev int64
+		for c, call := range calls {
+			for i, want := range call.Jobs {
+				outcome := api.OutcomeEnqueued
+				if c == 2 {
+					outcome = api.OutcomeShed
+				}
+				wantResult(t, fmt.Sprintf("call %d job %d", c, i), res[c][i], want.ID, outcome)
+				got := getJob(t, s, nsA, want.ID)
+				if got.Queue != want.Queue || got.Task != want.Task || got.Priority != want.Priority ||
+					!got.RunAt.Equal(want.RunAt) || got.MaxAttempts != want.MaxAttempts || !sameJSON(got.Payload, want.Payload) {
+					t.Errorf("%s stored as queue %s task %s priority %d run_at %v max_attempts %d payload %s, want %s %s %d %v %d %s",
+						want.ID, got.Queue, got.Task, got.Priority, got.RunAt, got.MaxAttempts, got.Payload,
+						want.Queue, want.Task, want.Priority, want.RunAt, want.MaxAttempts, want.Payload)
+				}
+				if wantShed := c == 2; got.Shed != wantShed || (got.Status == api.StatusDead) != wantShed {
+					t.Errorf("%s: status %s, shed %v; want shed %v", want.ID, got.Status, got.Shed, wantShed)
+				}
+				if c == 2 && got.Error != shedError {
+					t.Errorf("%s: error %q, want %q", want.ID, got.Error, shedError)
+				}
+				if c != 2 && got.Status != api.StatusPending {
+					t.Errorf("%s: status %s, want pending", want.ID, got.Status)
+				}
+				if got.Seq <= prev {
+					t.Errorf("%s (call %d job %d): seq %d, not above the job before's %d", want.ID, c, i, got.Seq, prev)
+				}
+				prev = got.Seq
+			}
+		}
+		wantCounts(t, s, nsA, store.Counts{Pending: int64(390 + 16*len(one)), Dead: 21})
+	})
+
 	t.Run("LargePayload", func(t *testing.T) {
 		s := newStore(t, nil)
 		big := []byte(`{"blob":"` + strings.Repeat("x", 1<<20-12) + `"}`)
