@@ -139,6 +139,10 @@ func exerciseEnqueue(t *testing.T, newStore Factory) {
 			{Jobs: mk("s", 21, false, mixed), ShedError: shedError},
 		}
 		res := enqueue(t, s, nsA, base, calls...)
+		// Shed jobs that share everything, written alone.
+		sameShed := store.EnqueueCall{Jobs: mk("u", 20, false, func(int, *store.NewJob) {}), ShedError: shedError}
+		calls = append(calls, sameShed)
+		res = append(res, enqueue(t, s, nsA, base, sameShed)...)
 		for k, f := range one {
 			call := store.EnqueueCall{Jobs: mk(fmt.Sprintf("o%d-", k), 16, k%2 == 0, func(i int, j *store.NewJob) {
 				if i == 5 {
@@ -151,8 +155,9 @@ func exerciseEnqueue(t *testing.T, newStore Factory) {
 		var prev int64
 		for c, call := range calls {
 			for i, want := range call.Jobs {
+				shed := call.ShedError != ""
 				outcome := api.OutcomeEnqueued
-				if c == 2 {
+				if shed {
 					outcome = api.OutcomeShed
 				}
 				wantResult(t, fmt.Sprintf("call %d job %d", c, i), res[c][i], want.ID, outcome)
@@ -163,13 +168,13 @@ func exerciseEnqueue(t *testing.T, newStore Factory) {
 						want.ID, got.Queue, got.Task, got.Priority, got.RunAt, got.MaxAttempts, got.Payload,
 						want.Queue, want.Task, want.Priority, want.RunAt, want.MaxAttempts, want.Payload)
 				}
-				if wantShed := c == 2; got.Shed != wantShed || (got.Status == api.StatusDead) != wantShed {
-					t.Errorf("%s: status %s, shed %v; want shed %v", want.ID, got.Status, got.Shed, wantShed)
+				if got.Shed != shed || (got.Status == api.StatusDead) != shed {
+					t.Errorf("%s: status %s, shed %v; want shed %v", want.ID, got.Status, got.Shed, shed)
 				}
-				if c == 2 && got.Error != shedError {
-					t.Errorf("%s: error %q, want %q", want.ID, got.Error, shedError)
+				if shed && (got.Error != shedError || !got.FinishedAt.Equal(base)) {
+					t.Errorf("%s: error %q, finished at %v; want %q, %v", want.ID, got.Error, got.FinishedAt, shedError, base)
 				}
-				if c != 2 && got.Status != api.StatusPending {
+				if !shed && got.Status != api.StatusPending {
 					t.Errorf("%s: status %s, want pending", want.ID, got.Status)
 				}
 				if got.Seq <= prev {
@@ -178,7 +183,7 @@ func exerciseEnqueue(t *testing.T, newStore Factory) {
 				prev = got.Seq
 			}
 		}
-		wantCounts(t, s, nsA, store.Counts{Pending: int64(390 + 16*len(one)), Dead: 21})
+		wantCounts(t, s, nsA, store.Counts{Pending: int64(390 + 16*len(one)), Dead: 41})
 	})
 
 	t.Run("LargePayload", func(t *testing.T) {
