@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -198,7 +197,6 @@ func (st *stepCtx) ackedOut(id string, m *msgRec) bool {
 }
 
 func (s *Sim) captureBefore(st *stepCtx) {
-	st.acking = maps.Clone(st.sa.acking)
 	nm := s.m.ns[st.ns]
 	for _, m := range st.msgs {
 		var id string

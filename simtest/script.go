@@ -429,7 +429,7 @@ func (sc *Script) heldJob(w *scriptWorker, ref string) (api.Job, error) {
 func (sc *Script) finish(cmd string, args []string) error {
 	kv, rest := opts(args)
 	if len(rest) != 1 {
-		return fmt.Errorf("usage: %s <worker> [job=<job>]", cmd)
+		return fmt.Errorf("usage: %s <worker> [job=<job>] [attempt=yes] [keep=yes]", cmd)
 	}
 	w, err := sc.worker(rest[0])
 	if err != nil {
@@ -455,7 +455,9 @@ func (sc *Script) finish(cmd string, args []string) error {
 		m = sc.s.newMsg(actors.OpNack, w.ns, w.name, req)
 	}
 	m.attempt = j.Attempt
-	w.held = slices.DeleteFunc(w.held, func(h api.Job) bool { return h.ID == j.ID })
+	if kv["keep"] != "yes" { // keep=yes: the worker may send it again
+		w.held = slices.DeleteFunc(w.held, func(h api.Job) bool { return h.ID == j.ID })
+	}
 	sc.s.send(m)
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -480,6 +481,9 @@ func (s *Sim) stepForcing(sa *simActor, force bool) {
 		before:  map[string]*mjob{},
 	}
 	s.cur = ctx
+	// The acks out as the step begins, taken before a held write lands
+	// ahead of it: what that write applies is recorded in this step.
+	ctx.acking = maps.Clone(sa.acking)
 	s.runWrite(sa, force)
 	n := min(len(sa.inbox), maxDrain)
 	for _, m := range sa.inbox[:n] {
