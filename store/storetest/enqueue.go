@@ -249,6 +249,31 @@ func exerciseEnqueue(t *testing.T, newStore Factory) {
 		wantCounts(t, s, nsA, store.Counts{Pending: 1})
 	})
 
+	t.Run("RepeatedIDsInALargeCall", func(t *testing.T) {
+		// A store may write a large call's rows in one statement: a
+		// repeated id is still deduplicated row by row, the first kept.
+		s := newStore(t, nil)
+		mustEnqueue(t, s, nsA, base, newJob("stored"))
+		jobs := make([]store.NewJob, 20)
+		for i := range jobs {
+			jobs[i] = newJob(fmt.Sprintf("r%02d", i))
+		}
+		jobs[3].ID, jobs[10].ID = "r01", "r01"
+		jobs[15].ID = "stored"
+		res := enqueue(t, s, nsA, base, store.EnqueueCall{Jobs: jobs})[0]
+		for i, r := range res {
+			want := api.OutcomeEnqueued
+			if i == 3 || i == 10 || i == 15 {
+				want = api.OutcomeDeduplicated
+			}
+			wantResult(t, fmt.Sprintf("job %d", i), r, jobs[i].ID, want)
+		}
+		if got := getJob(t, s, nsA, "r01"); !sameJSON(got.Payload, jobs[1].Payload) {
+			t.Errorf("r01 holds %s, want the first job's %s", got.Payload, jobs[1].Payload)
+		}
+		wantCounts(t, s, nsA, store.Counts{Pending: 18})
+	})
+
 	t.Run("IDsArePerNamespace", func(t *testing.T) {
 		s := newStore(t, nil)
 		mustEnqueue(t, s, nsA, base, newJob("same"))
