@@ -18,13 +18,13 @@ import (
 // scenarios of testdata/*.txt (in the manner of etcd-io/raft's interaction
 // tests). Each command answers with the trace lines it caused.
 //
-//	world ns=acme,beta nodes=1 ttl=2s bus=1ms qcap=q1:1 tcap=t1:1 attempts=q1:3 overlap=2[,mid]
+//	world ns=acme,beta nodes=1 ttl=2s bus=1ms qcap=q1:1 tcap=t1:1 attempts=q1:3 overlap=2[,mid] steptx=on
 //	quota acme [broadcast=lost|<delay>] {"max_pending":2} | clear | <raw text>
 //	enqueue acme [n=3] [queue=q1] [task=t1] [id=x] [unique=u] [debounce=d:1000] [delay=2s] [priority=1]
 //	event acme [name=ev]
 //	replay acme <job>...
 //	claim <worker> acme [max=1] [wait=0] [lease=30s] [queues=q1,q2]
-//	ack|nack <worker> [job=<job>] [retry=false] [attempt=yes]
+//	ack|nack <worker> [job=<job>] [retry=false] [attempt=yes] [keep=yes]  (keep: it may be sent again)
 //	heartbeat <worker> [lease=30s]
 //	crash <worker>            (forgets what it holds: its leases run out)
 //	run <duration>            (let the world run)
