@@ -1308,12 +1308,12 @@ func TestClusterNATSClaimOfAClosedConnectionTakesNoJob(t *testing.T) {
 		// The worker's connection is new: until the owner's server has
 		// heard of its inbox through the routes, a reply to it is lost
 		// there, and a claim with jobs is taken for one whose caller left
-		// (its jobs go back; docs/cluster.md). An empty claim answered is
-		// the signal that the owner reaches the worker.
+		// (its jobs go back; docs/protocol.md, fq.v1.claim). An empty
+		// claim answered is the signal that the owner reaches the worker.
 		waitUntil(t, "the owner's answers reach the new worker", func() bool {
-			c, cancel := context.WithTimeout(ctx(t), time.Second)
+			try, cancel := context.WithTimeout(ctx(t), time.Second)
 			defer cancel()
-			_, err := w.Claim(c, api.ClaimRequest{Queues: []string{"q"}, Max: 1})
+			_, err := w.Claim(try, api.ClaimRequest{Queues: []string{"q"}, Max: 1})
 			return err == nil
 		})
 		if _, err := p.Enqueue(ctx(t), job("q", "t")); err != nil {
