@@ -657,11 +657,11 @@ func (a *Actor) claims(ctx context.Context, calls []*ClaimCall, now time.Time) {
 		// jobs are about to go out. A reply published where nobody
 		// listens is lost (a NATS server sends a message only to the
 		// interest it knows of), and its jobs with it, leased to nobody.
-		// A claim just sent is not asked before this: its caller's
-		// interest may still be on its way through the routes (a call
-		// forwarded in a forming cluster can overtake it). Asked this
-		// late, that interest has had the write's time to arrive, and a
-		// reply sent before it arrives would be lost anyway.
+		// A claim just sent is not asked before this: the bus passes a
+		// claim on once its caller's interest has reached this node's
+		// server through the routes (bus.Service.heard), or after a
+		// grace, and asked this late, a reply sent where nobody listens
+		// would be lost anyway.
 		if len(jobs) > 0 && call.Msg.Gone() {
 			// Its caller left while the claim was written (or waited):
 			// the jobs go back, pending again with their attempt unspent,

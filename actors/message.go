@@ -84,8 +84,9 @@ type Message struct {
 	// job instead of jobs nobody will work until their leases run out.
 	// It is asked of a parked claim when it is tried again, and of every
 	// claim when jobs are about to go out: a lookup in the server's
-	// subscription table. A claim just sent is not asked before its write:
-	// its client's interest may not have reached this node's server yet.
+	// subscription table. A claim just sent is not asked before its write
+	// (the bus passes a claim on once its client's interest has reached
+	// this node's server, or after a grace: bus.Service.heard).
 	Listening func() bool
 	// OwnerBy, once set, ends the call's wait for its namespace's owner
 	// (a hand-over, a failover, nodes disagreeing), on whichever nodes it

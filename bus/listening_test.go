@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,7 +37,9 @@ type keptCalls struct {
 	inbox *nats.Subscription
 }
 
-func startKeptCalls(t *testing.T, log *slog.Logger) *keptCalls {
+// startKeptCalls starts the service; setup, when not nil, may change it
+// before any call comes (its interest is the server's until then).
+func startKeptCalls(t *testing.T, log *slog.Logger, setup ...func(*Service)) *keptCalls {
 	t.Helper()
 	k := &keptCalls{b: startAuthBus(t), got: make(chan *actors.Message, 4)}
 	svc, err := NewService(context.Background(), k.b.node, "n1", keepingActors{got: k.got}, workerAuth{}, nil, log)
@@ -45,6 +48,9 @@ func startKeptCalls(t *testing.T, log *slog.Logger) *keptCalls {
 	}
 	t.Cleanup(func() { _ = svc.Stop(context.Background()) })
 	svc.SetInterest(k.b.srv.GlobalAccount().SubscriptionInterest)
+	for _, f := range setup {
+		f(svc)
+	}
 	if err := k.b.node.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -57,15 +63,27 @@ func startKeptCalls(t *testing.T, log *slog.Logger) *keptCalls {
 	return k
 }
 
-// send calls subject with the client's inbox as reply subject and returns
-// the message its actor got.
-func (k *keptCalls) send(t *testing.T, subject, body string) *actors.Message {
+// publish calls subject with the client's inbox as reply subject.
+func (k *keptCalls) publish(t *testing.T, subject, body string) {
 	t.Helper()
 	msg := &nats.Msg{Subject: subject, Reply: k.inbox.Subject, Data: []byte(body),
 		Header: nats.Header{api.HeaderAuthorization: []string{"Bearer w"}}}
 	if err := k.nc.PublishMsg(msg); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// send calls subject with the client's inbox as reply subject and returns
+// the message its actor got.
+func (k *keptCalls) send(t *testing.T, subject, body string) *actors.Message {
+	t.Helper()
+	k.publish(t, subject, body)
+	return k.received(t, subject)
+}
+
+// received is the next call the actor got.
+func (k *keptCalls) received(t *testing.T, subject string) *actors.Message {
+	t.Helper()
 	select {
 	case m := <-k.got:
 		return m
@@ -120,5 +138,89 @@ func TestADroppedReplyIsLoggedAtDebug(t *testing.T) {
 	m.Reply(api.ClaimReply{}, nil)
 	if got := logs.String(); !strings.Contains(got, dropped) || !strings.Contains(got, k.inbox.Subject) {
 		t.Fatalf("the reply to a closed connection is not logged as dropped:\n%s", got)
+	}
+}
+
+// lateInterest makes the service's interest in reply inboxes unknown
+// while hidden is set, as on a node the caller's interest has not reached
+// through the routes yet; asked gets a value each time it is looked up
+// then.
+type lateInterest struct {
+	hidden atomic.Bool
+	asked  chan string
+}
+
+func (l *lateInterest) wrap(s *Service) {
+	real := s.interest
+	l.asked = make(chan string, 1024)
+	l.hidden.Store(true)
+	s.SetInterest(func(subject string) bool {
+		if strings.HasPrefix(subject, "_INBOX") && l.hidden.Load() {
+			select {
+			case l.asked <- subject:
+			default:
+			}
+			return false
+		}
+		return real(subject)
+	})
+}
+
+// waitAsked waits until the interest in subject was looked up n times.
+func (l *lateInterest) waitAsked(t *testing.T, subject string, n int) {
+	t.Helper()
+	for n > 0 {
+		select {
+		case got := <-l.asked:
+			if got == subject {
+				n--
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the interest in %s was not looked up again (%d to go): the claim was not held", subject, n)
+		}
+	}
+}
+
+// A claim that reaches a node before its caller's interest in the reply
+// subject does (in a cluster, through the routes) waits for it: answered
+// before, its reply and jobs would be lost, and the actor would take it
+// for a claim whose caller left.
+func TestAClaimWaitsForItsCallersInterest(t *testing.T) {
+	var late lateInterest
+	k := startKeptCalls(t, nil, late.wrap)
+	const claim = `{"queues":["q"],"max":1,"wait_ms":60000}`
+
+	k.publish(t, api.SubjectClaim, claim)
+	late.waitAsked(t, k.inbox.Subject, 3) // on arrival, then again
+	select {
+	case m := <-k.got:
+		t.Fatalf("a claim whose caller's interest is not here yet went to its actor: %+v", m.Body)
+	default:
+	}
+	// Other calls do not wait: they hand out nothing.
+	if ack := k.send(t, api.SubjectAck, `{"id":"j"}`); ack.Op != actors.OpAck {
+		t.Fatalf("got %v, want the ack", ack.Op)
+	}
+	late.hidden.Store(false)
+	if m := k.received(t, api.SubjectClaim); m.Op != actors.OpClaim || m.Gone() {
+		t.Fatalf("the claim once its caller's interest came: op %v, gone %v", m.Op, m.Gone())
+	}
+}
+
+// The wait is bounded: a claim whose caller's interest never shows goes
+// on after the grace, and its actor finds its caller gone; past holdMax
+// held claims, more go on at once.
+func TestAClaimsWaitForItsCallersInterestIsBounded(t *testing.T) {
+	var late lateInterest
+	k := startKeptCalls(t, nil, late.wrap, func(s *Service) { s.hearGrace, s.holdMax = 50*time.Millisecond, 1 })
+	k.publish(t, api.SubjectClaim, `{"queues":["q"],"max":1,"wait_ms":60000}`)
+	late.waitAsked(t, k.inbox.Subject, 2)
+	// One is held: the next goes on at once, ahead of it.
+	k.publish(t, api.SubjectClaim, `{"queues":["q"],"max":2,"wait_ms":60000}`)
+	for _, want := range []int{2, 1} {
+		m := k.received(t, api.SubjectClaim)
+		if got := m.Body.(*api.ClaimRequest).Max; got != want || !m.Gone() {
+			t.Fatalf("got the claim of max %d (gone %v), want the claim of max %d, gone", got, m.Gone(), want)
+		}
 	}
 }

@@ -41,8 +41,13 @@ type Service struct {
 	// the $SRV verbs): Stop waits until draining has removed them.
 	ownSubs  int
 	inflight atomic.Int64
-	// parked counts calls waiting for their namespace's owner.
+	// parked counts calls waiting for their namespace's owner, or for
+	// their caller's interest to reach this node's server (heard).
 	parked atomic.Int64
+	// held counts the claims waiting for their caller's interest; past
+	// holdMax more go on at once (every input bounded).
+	held    atomic.Int64
+	holdMax int64
 	// forwards counts calls this node passed on to their owner.
 	forwards atomic.Int64
 
@@ -70,6 +75,9 @@ type Service struct {
 	cancel context.CancelFunc
 	// now is the service's clock (time.Now).
 	now func() time.Time
+	// hearGrace bounds a claim's wait for its caller's interest, and
+	// hearEvery is how often it is looked up meanwhile (heard).
+	hearGrace, hearEvery time.Duration
 
 	// stopped and directStopped make Stop and StopDirect act once.
 	stopped, directStopped sync.Once
@@ -103,8 +111,12 @@ type inbound struct {
 	// owner, however often it waits (nodes briefly disagreeing).
 	parkedUntil time.Time
 	// req is the micro request of a client's call (nil when forwarded):
-	// refusals go through it so micro's stats count them.
+	// refusals go through it so micro's stats count them. A call taken up
+	// again after its handler returned has none: micro's bookkeeping of a
+	// request is not safe to touch then.
 	req micro.Request
+	// heard says the claim's wait for its caller's interest is over.
+	heard bool
 }
 
 // NewService adds the flexiq service to nc: every subject of docs/protocol.md in
@@ -118,7 +130,8 @@ func NewService(ctx context.Context, nc *nats.Conn, nodeID string, sender Sender
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{nc: nc, sender: sender, authn: authn, log: log, router: router, nodeID: nodeID, handles: map[string]func(inbound){}, now: time.Now}
+	s := &Service{nc: nc, sender: sender, authn: authn, log: log, router: router, nodeID: nodeID, handles: map[string]func(inbound){}, now: time.Now,
+		hearGrace: claimHearGrace, hearEvery: claimHearEvery, holdMax: maxHeldClaims}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	before := nc.NumSubscriptions()
 	svc, err := micro.AddService(nc, micro.Config{
@@ -219,6 +232,52 @@ func (s *Service) listening(op actors.Op, reply string) func() bool {
 	return func() bool { return interest(reply) }
 }
 
+// Bounds of heard's wait.
+const (
+	claimHearGrace = time.Second
+	claimHearEvery = 5 * time.Millisecond
+	maxHeldClaims  = 1024
+)
+
+// heard reports whether claim in may go on now: its reply subject has
+// interest on this node's server. In a cluster a client's call can reach
+// a node (a queue member or an owner the call is forwarded to) before the
+// client's interest in its reply subject does, through the routes; the
+// claim's reply, and the jobs in it, would then be lost (docs/cluster.md
+// and, for the jobs, actors.Message.Listening, which would also take such
+// a claim for one whose caller left). So the claim is held, off the
+// handler's goroutine, until that interest shows or hearGrace passes
+// (then it goes on, and the actor decides as for a caller that left), and
+// h takes it up again. Without an embedded server, or with maxHeldClaims
+// held already, it goes on at once.
+func (s *Service) heard(in inbound, h func(inbound)) bool {
+	if in.heard || in.reply == "" || s.interest == nil || s.interest(in.reply) {
+		return true
+	}
+	if s.held.Add(1) > s.holdMax {
+		s.held.Add(-1)
+		return true
+	}
+	s.inflight.Add(1)
+	s.parked.Add(1)
+	in.heard, in.req = true, nil
+	until := s.now().Add(s.hearGrace)
+	var try func()
+	try = func() {
+		if !s.interest(in.reply) && s.now().Before(until) && s.ctx.Err() == nil {
+			time.AfterFunc(s.hearEvery, try)
+			return
+		}
+		s.held.Add(-1)
+		h(in)
+		s.parked.Add(-1)
+		s.inflight.Add(-1)
+	}
+	s.log.Debug("claim held until its caller's interest reaches this node", "reply", in.reply)
+	time.AfterFunc(s.hearEvery, try)
+	return false
+}
+
 // forwardable says a call can be forwarded to owner now.
 func (s *Service) forwardable(owner string) bool {
 	if owner == "" || owner == s.nodeID {
@@ -295,6 +354,7 @@ func (s *Service) route(in inbound, ns string, again func(inbound)) bool {
 	since := s.router.Changed()
 	s.inflight.Add(1)
 	s.parked.Add(1)
+	in.req = nil // taken up again after its handler returned
 	go func() {
 		defer s.inflight.Add(-1)
 		defer s.parked.Add(-1)
@@ -385,6 +445,9 @@ func (s *Service) handle(op actors.Op, act auth.Action, newBody func() validator
 		}
 		if aerr := p.Allow(act); aerr != nil {
 			s.fail(in, aerr)
+			return
+		}
+		if op == actors.OpClaim && !s.heard(in, h) {
 			return
 		}
 		if !s.route(in, p.Namespace, h) {
