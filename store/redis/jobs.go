@@ -38,8 +38,12 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 		n += len(out[i])
 	}
 	now, nowUs := nsStr(p.Now), usStr(p.Now)
-	args := make([]any, 0, 6+n*enqueueNF)
+	args := make([]any, 0, 6+n*enqueueShortNF)
 	args = append(args, enc(p.Namespace), p.Namespace, now, nowUs, runAtKey(p.Now), flag(s.compact.Load()))
+	// last is the job of the last full item: a job after it that shares
+	// its settings goes as a short item (scriptEnqueue).
+	var last *store.NewJob
+	var lastKind, lastExtra string
 	for _, c := range p.Calls {
 		if len(c.ReplayIDs) > 0 {
 			kind, extra := "R", flag(c.AutoRetry)
@@ -49,11 +53,12 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 			for _, id := range c.ReplayIDs {
 				args = append(args, kind, id, "", "", "", "", "", "", "", "", "", "", "", "", extra)
 			}
+			last = nil // a replay is a full item too: short items after it would take its settings
 			continue
 		}
-		kind := "J"
+		kind, short := "J", "j"
 		if c.ShedError != "" {
-			kind = "S"
+			kind, short = "S", "s"
 		}
 		for i := range c.Jobs {
 			j := &c.Jobs[i]
@@ -65,10 +70,15 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 			if hasPayload {
 				payload = j.Payload
 			}
+			if last != nil && lastKind == kind && lastExtra == c.ShedError && sharesSettings(last, j) {
+				args = append(args, short, j.ID, flag(hasPayload), payload)
+				continue
+			}
 			runAt := usStr(j.RunAt)
 			args = append(args, kind, j.ID, j.Queue, j.Task, flag(hasPayload), payload,
 				strconv.FormatInt(j.Priority, 10), runAt, strconv.FormatInt(j.MaxAttempts, 10),
 				j.UniqueKey, j.DebounceKey, flag(due(j.RunAt, p.Now)), runAt, orderPrefix(j.Priority, j.RunAt), c.ShedError)
+			last, lastKind, lastExtra = j, kind, c.ShedError
 		}
 	}
 	if err := s.fault(op, 1); err != nil {
@@ -98,6 +108,15 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 		}
 	}
 	return out, nil
+}
+
+// sharesSettings says new job j can go as a short item after full item
+// last (scriptEnqueue): it holds neither key, and everything else the
+// script writes but its id and payload is last's. Its due flag, score and
+// order key follow from its priority and run_at.
+func sharesSettings(last, j *store.NewJob) bool {
+	return j.UniqueKey == "" && j.DebounceKey == "" && j.Queue == last.Queue && j.Task == last.Task &&
+		j.Priority == last.Priority && j.RunAt.Equal(last.RunAt) && j.MaxAttempts == last.MaxAttempts
 }
 
 // ---------------------------------------------------------------------------

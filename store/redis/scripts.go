@@ -235,20 +235,29 @@ func newReadScript(body string) *goredis.Script {
 	return goredis.NewScript("#!lua flags=no-writes\n" + luaLib + body)
 }
 
-// enqueueNF is the number of ARGV fields per item of scriptEnqueue.
-const enqueueNF = 15
+// enqueueNF is the number of ARGV fields of a full item of scriptEnqueue,
+// and enqueueShortNF of a short one.
+const (
+	enqueueNF      = 15
+	enqueueShortNF = 4
+)
 
 // scriptEnqueue writes a whole JobEnqueueMany group.
 // KEYS: the fence's lease, if any. ARGV: P, fence holder, fence epoch (see
 // checkFence), E, ns, now (ns), now (µs), now's run_at order key, compact
-// (1: write ak, see amOf), then items of enqueueNF fields: kind (J new
-// admitted, S new shed, R replay admitted,
-// X replay shed), id, queue, task, has payload, payload, priority, run_at
-// (µs, the hash's run_at_us), max_attempts, unique key, debounce key, due
-// (1: available now), scheduled score (µs), order-key prefix (priority and
-// run_at, 32 hex), extra (the shed error for S and X; 1 for an auto-retry
-// R). A job hash written before run_at_us has run_at (ns) instead; a
-// script that sets run_at_us drops it.
+// (1: write ak, see amOf), then items. A full item has enqueueNF fields:
+// kind (J new admitted, S new shed, R replay admitted, X replay shed), id,
+// queue, task, has payload, payload, priority, run_at (µs, the hash's
+// run_at_us), max_attempts, unique key, debounce key, due (1: available
+// now), scheduled score (µs), order-key prefix (priority and run_at, 32
+// hex), extra (the shed error for S and X; 1 for an auto-retry R). A
+// short item, enqueueShortNF fields, is a new job with neither key whose
+// other settings are the last full item's (its queue, task, priority,
+// run_at, max_attempts and extra): kind (j admitted, s shed), id, has
+// payload, payload. What a batch's jobs share is then sent, and made a
+// Lua string, once rather than once a job. A job hash written before
+// run_at_us has run_at (ns) instead; a script that sets run_at_us drops
+// it.
 // Returns outcome, id for each item.
 var scriptEnqueue = newScript(`
 local fenced = checkFence()
@@ -260,9 +269,19 @@ gather = true
 
 -- New jobs take their seq from one INCRBY for the group, in item order;
 -- an item that writes no job leaves its number unused.
-local nNew = 0
-for b = 10, #ARGV - 14, 15 do
-	if ARGV[b] == 'J' or ARGV[b] == 'S' then nNew = nNew + 1 end
+local SHORT = {j = 'J', s = 'S'}
+local nNew, nArgs = 0, #ARGV
+do
+	local b = 10
+	while b <= nArgs do
+		local kind = ARGV[b]
+		if SHORT[kind] then
+			nNew, b = nNew + 1, b + 4 -- enqueueShortNF
+		else
+			if kind == 'J' or kind == 'S' then nNew = nNew + 1 end
+			b = b + 15 -- enqueueNF
+		end
+	end
 end
 local nextSeq = 0
 if nNew > 0 then nextSeq = redis.call('INCRBY', P .. 'seq', nNew) - nNew end
@@ -281,10 +300,20 @@ local function insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, status)
 	return seq, am, f
 end
 
-for b = 10, #ARGV - 14, 15 do -- enqueueNF fields an item
-	local kind, id, q, task, hasPl, pl = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
-	local prio, runAt, maxAtt, uk, dk = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
-	local due, score, pre, extra = ARGV[b + 11], ARGV[b + 12], ARGV[b + 13], ARGV[b + 14]
+-- The settings of the last full item, which short items share.
+local q, task, prio, runAt, maxAtt, due, score, pre, extra
+local b = 10
+while b <= nArgs do
+	local kind, id, hasPl, pl, uk, dk = ARGV[b], ARGV[b + 1]
+	if SHORT[kind] then
+		kind, hasPl, pl, uk, dk = SHORT[kind], ARGV[b + 2], ARGV[b + 3], '', ''
+		b = b + 4 -- enqueueShortNF
+	else
+		q, task, hasPl, pl = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+		prio, runAt, maxAtt, uk, dk = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
+		due, score, pre, extra = ARGV[b + 11], ARGV[b + 12], ARGV[b + 13], ARGV[b + 14]
+		b = b + 15 -- enqueueNF
+	end
 	local jk = kJob(E, id)
 	local outcome, rid = '', id
 

@@ -186,6 +186,53 @@ func exerciseEnqueue(t *testing.T, newStore Factory) {
 		wantCounts(t, s, nsA, store.Counts{Pending: int64(390 + 16*len(one)), Dead: 41})
 	})
 
+	t.Run("JobsAroundKeysAndReplaysKeepTheirOwnFields", func(t *testing.T) {
+		// A store may send a job's settings once for the jobs after it
+		// that share them: a job that shares them with a keyed job holds
+		// no key, and one after a replay in the same group, or after a
+		// shed call, takes nothing from them.
+		s := newStore(t, nil)
+		dead := killJob(t, s, nsA, at(-30*time.Minute), with(newJob("dead"), func(j *store.NewJob) { j.Queue = "qd"; j.Task = "td" }), false)
+		keyed := with(newJob("keyed"), func(j *store.NewJob) { j.UniqueKey = "u1"; j.Priority = 4; j.MaxAttempts = 7 })
+		plain := func(id string) store.NewJob {
+			return with(newJob(id), func(j *store.NewJob) { j.Priority = 4; j.MaxAttempts = 7 })
+		}
+		debounced := with(plain("debounced"), func(j *store.NewJob) { j.DebounceKey = "d1" })
+		calls := []store.EnqueueCall{
+			{Jobs: []store.NewJob{keyed, plain("after-keyed"), debounced, plain("after-debounced")}},
+			{ReplayIDs: []string{dead.ID}},
+			{Jobs: []store.NewJob{plain("after-replay")}},
+			{Jobs: []store.NewJob{plain("shed")}, ShedError: shedError},
+			{Jobs: []store.NewJob{plain("after-shed")}},
+		}
+		res := enqueue(t, s, nsA, base, calls...)
+		wantResult(t, "the replay", res[1][0], dead.ID, api.OutcomeEnqueued)
+		wantResult(t, "the shed job", res[3][0], "shed", api.OutcomeShed)
+		for c, call := range calls {
+			for i, want := range call.Jobs {
+				if call.ShedError == "" {
+					wantResult(t, want.ID, res[c][i], want.ID, api.OutcomeEnqueued)
+				}
+				got := getJob(t, s, nsA, want.ID)
+				if got.Queue != want.Queue || got.Task != want.Task || got.Priority != want.Priority || !got.RunAt.Equal(want.RunAt) ||
+					got.MaxAttempts != want.MaxAttempts || got.UniqueKey != want.UniqueKey || got.DebounceKey != want.DebounceKey ||
+					!sameJSON(got.Payload, want.Payload) || got.Shed != (call.ShedError != "") {
+					t.Errorf("%s stored as %+v, want %+v", want.ID, got, want)
+				}
+			}
+		}
+		if got := getJob(t, s, nsA, dead.ID); got.Status != api.StatusPending || got.Queue != "qd" || got.Task != "td" {
+			t.Errorf("the replayed job: status %s queue %s task %s, want pending qd td", got.Status, got.Queue, got.Task)
+		}
+		// The keys are held by the jobs that carry them, and only by them.
+		again := enqueue(t, s, nsA, base, store.EnqueueCall{Jobs: []store.NewJob{
+			with(plain("u-again"), func(j *store.NewJob) { j.UniqueKey = "u1" }),
+			with(plain("d-again"), func(j *store.NewJob) { j.DebounceKey = "d1" }),
+		}})[0]
+		wantResult(t, "the unique key again", again[0], "keyed", api.OutcomeDeduplicated)
+		wantResult(t, "the debounce key again", again[1], "debounced", api.OutcomeCoalesced)
+	})
+
 	t.Run("LargePayload", func(t *testing.T) {
 		s := newStore(t, nil)
 		big := []byte(`{"blob":"` + strings.Repeat("x", 1<<20-12) + `"}`)
