@@ -15,42 +15,8 @@ import (
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/store"
+	"github.com/flexiq/flexiq/store/internal/sqlrow"
 )
-
-// Status codes in the status column.
-const (
-	stPending   = 0
-	stRunning   = 1
-	stCompleted = 2
-	stDead      = 3
-	stScheduled = 4 // pending, run_at in the future
-)
-
-// pendingStatus is the status of a pending job due at runAt, seen at now:
-// due when its run_at as stored (to the microsecond) is not after now, as
-// a claim's promotion decides.
-func pendingStatus(runAt, now time.Time) int16 {
-	if runAt.Truncate(time.Microsecond).After(now) {
-		return stScheduled
-	}
-	return stPending
-}
-
-func statusCode(s api.Status) (int16, bool) {
-	switch s {
-	case api.StatusPending:
-		return stPending, true
-	case api.StatusRunning:
-		return stRunning, true
-	case api.StatusCompleted:
-		return stCompleted, true
-	case api.StatusDead:
-		return stDead, true
-	}
-	return 0, false
-}
-
-var statusNames = [...]api.Status{api.StatusPending, api.StatusRunning, api.StatusCompleted, api.StatusDead, api.StatusPending}
 
 const jobCols = `seq, namespace, id, queue, task, payload, priority, run_at, max_attempts, attempt,
 	status, unique_key, debounce_key, lease_until, worker, error, result, dead_meta,
@@ -70,10 +36,8 @@ func scanJob(row pgx.Row) (store.Job, error) {
 	if err != nil {
 		return j, err
 	}
-	if status >= 0 && int(status) < len(statusNames) {
-		j.Status = statusNames[status]
-	}
-	j.RunAt = fromRunAtMicros(runAt)
+	j.Status = sqlrow.StatusName(int(status))
+	j.RunAt = sqlrow.FromRunAtMicros(runAt)
 	j.CreatedAt = fromNanos(createdAt)
 	j.UniqueKey, j.DebounceKey, j.Worker, j.Error = deref(uniqueKey), deref(debounceKey), deref(worker), deref(errText)
 	j.LeaseUntil = fromNullNanos(leaseUntil)
@@ -247,7 +211,7 @@ func (e *enqueuer) flushRows() {
 	for i, r := range rows {
 		j := r.job
 		ids[i], queues[i], tasks[i], payloads[i] = j.ID, j.Queue, j.Task, j.Payload
-		priorities[i], runAts[i], maxAtts[i] = j.Priority, runAtMicros(j.RunAt), j.MaxAttempts
+		priorities[i], runAts[i], maxAtts[i] = j.Priority, sqlrow.RunAtMicros(j.RunAt), j.MaxAttempts
 		returning = returning || !j.Generated
 	}
 	if e.rowsIsShed {
@@ -258,7 +222,7 @@ func (e *enqueuer) flushRows() {
 	}
 	statuses := make([]int16, n)
 	for i, r := range rows {
-		statuses[i] = pendingStatus(r.job.RunAt, e.now)
+		statuses[i] = int16(sqlrow.PendingStatus(r.job.RunAt, e.now))
 	}
 	args := []any{e.ns, ids, queues, tasks, payloads, priorities, runAts, maxAtts, statuses, e.nowNanos}
 	if !returning {
@@ -310,8 +274,8 @@ func outcomeRow(rs pgx.Rows) (kind int32, id string, ok bool, err error) {
 
 // keyed queues one admitted job with a unique or debounce key.
 func (e *enqueuer) keyed(j *store.NewJob, res *api.EnqueueResult) {
-	e.t.query(insertKeyedSQL, []any{e.ns, j.ID, j.Queue, j.Task, j.Payload, j.Priority, runAtMicros(j.RunAt), j.MaxAttempts,
-		pendingStatus(j.RunAt, e.now), nullString(j.UniqueKey), nullString(j.DebounceKey), e.nowNanos},
+	e.t.query(insertKeyedSQL, []any{e.ns, j.ID, j.Queue, j.Task, j.Payload, j.Priority, sqlrow.RunAtMicros(j.RunAt), j.MaxAttempts,
+		int16(sqlrow.PendingStatus(j.RunAt, e.now)), nullString(j.UniqueKey), nullString(j.DebounceKey), e.nowNanos},
 		func(rs pgx.Rows) error {
 			kind, id, ok, err := outcomeRow(rs)
 			switch {
@@ -348,7 +312,7 @@ func (e *enqueuer) replay(id string, c store.EnqueueCall, res *api.EnqueueResult
 	if c.AutoRetry {
 		replays = 1
 	}
-	e.t.query(replaySQL, []any{e.ns, id, runAtMicros(e.now), replays}, func(rs pgx.Rows) error {
+	e.t.query(replaySQL, []any{e.ns, id, sqlrow.RunAtMicros(e.now), replays}, func(rs pgx.Rows) error {
 		kind, holder, ok, err := outcomeRow(rs)
 		switch {
 		case err != nil:
@@ -528,7 +492,7 @@ func queueClaimHead(t *txn, p *store.JobClaimManyParams, queue string, out [][]s
 	}
 	sql, args := claimHeadSQL, []any{p.Namespace, queue, exclude, len(owner), leases, workers, int64(math.MaxInt64)}
 	if h := p.Head; h != nil && len(exclude) == 0 {
-		sql, args = claimFromHeadSQL, []any{p.Namespace, queue, len(owner), leases, workers, h.Priority, runAtMicros(h.RunAt), h.Seq}
+		sql, args = claimFromHeadSQL, []any{p.Namespace, queue, len(owner), leases, workers, h.Priority, sqlrow.RunAtMicros(h.RunAt), h.Seq}
 	}
 	t.query(sql, args, func(rows pgx.Rows) error {
 		bySlot := make([]store.Job, len(owner))
@@ -631,7 +595,7 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 		}
 		queueFence(t, p.Fence)
 		if !p.NoPromote {
-			t.exec(promoteSQL, []any{p.Namespace, queues, runAtMicros(p.Now)}, nil)
+			t.exec(promoteSQL, []any{p.Namespace, queues, sqlrow.RunAtMicros(p.Now)}, nil)
 		}
 		if q, ok := p.OneQueueUngated(); ok {
 			// Nothing to ask per job: the whole claim, its commit too, is
@@ -889,7 +853,7 @@ func queueUpdates(t *txn, p store.JobUpdateManyParams, ups []store.JobUpdate, ap
 	case store.UpdateRetry:
 		statuses, runAts, errs := make([]int16, n), make([]int64, n), make([]*string, n)
 		for i, u := range ups {
-			statuses[i], runAts[i] = pendingStatus(u.RunAt, p.Now), runAtMicros(u.RunAt)
+			statuses[i], runAts[i] = int16(sqlrow.PendingStatus(u.RunAt, p.Now)), sqlrow.RunAtMicros(u.RunAt)
 			if u.Error != "" {
 				errs[i] = &ups[i].Error
 			}
@@ -911,7 +875,7 @@ func queueUpdates(t *txn, p store.JobUpdateManyParams, ups []store.JobUpdate, ap
 		}
 		query, args = extendSQL, append(args, leases)
 	case store.UpdateRelease:
-		query, args = releaseSQL, append(args, runAtMicros(p.Now))
+		query, args = releaseSQL, append(args, sqlrow.RunAtMicros(p.Now))
 	}
 	t.query(query, args, func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -952,11 +916,11 @@ func (s *Store) JobList(ctx context.Context, p store.JobListParams) ([]store.Job
 	}
 	b.WriteString(`SELECT ` + jobCols + ` FROM jobs WHERE namespace = $1`)
 	if p.Status != "" {
-		code, ok := statusCode(p.Status)
+		code, ok := sqlrow.StatusCode(p.Status)
 		if !ok {
 			return nil, fmt.Errorf("postgres: JobList: unknown status %q", p.Status)
 		}
-		if code == stPending {
+		if code == sqlrow.Pending {
 			b.WriteString(` AND status IN (0, 4)`)
 		} else {
 			b.WriteString(` AND status = ` + arg(code))
@@ -1046,7 +1010,7 @@ func (s *Store) JobNextRunAt(ctx context.Context, namespace string, queues []str
 	if n == nil {
 		return time.Time{}, false, nil
 	}
-	return fromRunAtMicros(*n), true, nil
+	return sqlrow.FromRunAtMicros(*n), true, nil
 }
 
 // JobListRunning lists a namespace's running jobs.
@@ -1083,21 +1047,11 @@ func (s *Store) JobListDeadRetryable(ctx context.Context, p store.JobListDeadRet
 // ---------------------------------------------------------------------------
 // Retention
 
-func finishedStatus(st api.Status) (int16, error) {
-	switch st {
-	case api.StatusCompleted:
-		return stCompleted, nil
-	case api.StatusDead:
-		return stDead, nil
-	}
-	return 0, fmt.Errorf("postgres: retention works on completed or dead jobs, not %q", st)
-}
-
 // JobDeleteFinishedBefore deletes up to Limit finished jobs older than Before.
 func (s *Store) JobDeleteFinishedBefore(ctx context.Context, p store.JobDeleteFinishedBeforeParams) (int64, error) {
-	code, err := finishedStatus(p.Status)
+	code, err := sqlrow.FinishedStatus(p.Status)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("postgres: %w", err)
 	}
 	var n int64
 	err = s.write(ctx, "JobDeleteFinishedBefore", func(t *txn) error {
@@ -1117,9 +1071,9 @@ func (s *Store) JobDeleteFinishedBefore(ctx context.Context, p store.JobDeleteFi
 // JobDeleteOverCeiling deletes a namespace's oldest finished jobs beyond
 // Keep, in one statement.
 func (s *Store) JobDeleteOverCeiling(ctx context.Context, p store.JobDeleteOverCeilingParams) (int64, error) {
-	code, err := finishedStatus(p.Status)
+	code, err := sqlrow.FinishedStatus(p.Status)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("postgres: %w", err)
 	}
 	var n int64
 	err = s.write(ctx, "JobDeleteOverCeiling", func(t *txn) error {

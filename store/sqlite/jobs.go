@@ -15,42 +15,8 @@ import (
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/store"
+	"github.com/flexiq/flexiq/store/internal/sqlrow"
 )
-
-// Status codes in the status column.
-const (
-	stPending   = 0
-	stRunning   = 1
-	stCompleted = 2
-	stDead      = 3
-	stScheduled = 4 // pending, run_at in the future
-)
-
-// pendingStatus is the status of a pending job due at runAt, seen at now:
-// due when its run_at as stored (to the microsecond) is not after now, as
-// a claim's promotion decides.
-func pendingStatus(runAt, now time.Time) int {
-	if runAt.Truncate(time.Microsecond).After(now) {
-		return stScheduled
-	}
-	return stPending
-}
-
-func statusCode(s api.Status) (int, bool) {
-	switch s {
-	case api.StatusPending:
-		return stPending, true
-	case api.StatusRunning:
-		return stRunning, true
-	case api.StatusCompleted:
-		return stCompleted, true
-	case api.StatusDead:
-		return stDead, true
-	}
-	return 0, false
-}
-
-var statusNames = [...]api.Status{api.StatusPending, api.StatusRunning, api.StatusCompleted, api.StatusDead, api.StatusPending}
 
 const jobCols = `seq, namespace, id, queue, task, payload, priority, run_at, max_attempts, attempt,
 	status, unique_key, debounce_key, lease_until, worker, error, result, dead_meta,
@@ -73,10 +39,8 @@ func scanJob(sc scanner) (store.Job, error) {
 	if err != nil {
 		return j, err
 	}
-	if status >= 0 && status < len(statusNames) {
-		j.Status = statusNames[status]
-	}
-	j.RunAt = fromRunAtMicros(runAt)
+	j.Status = sqlrow.StatusName(status)
+	j.RunAt = sqlrow.FromRunAtMicros(runAt)
 	j.CreatedAt = time.Unix(0, createdAt).UTC()
 	j.UniqueKey, j.DebounceKey, j.Worker, j.Error = uniqueKey.String, debounceKey.String, worker.String, errText.String
 	j.LeaseUntil = fromNanos(leaseUntil)
@@ -211,14 +175,14 @@ func (e *enqueuer) bulkArgs(args []any, k bulkKey, rows []bulkRow) []any {
 	j0 := rows[0].job
 	args = append(args, e.ns)
 	if k.same {
-		args = append(args, j0.Queue, j0.Task, j0.Priority, runAtMicros(j0.RunAt), j0.MaxAttempts)
+		args = append(args, j0.Queue, j0.Task, j0.Priority, sqlrow.RunAtMicros(j0.RunAt), j0.MaxAttempts)
 	}
 	args = append(args, nanos(e.now))
 	switch {
 	case k.shed:
 		args = append(args, e.rowsShed, []byte(admissionShedMeta))
 	case k.same:
-		args = append(args, pendingStatus(j0.RunAt, e.now))
+		args = append(args, sqlrow.PendingStatus(j0.RunAt, e.now))
 	}
 	for _, r := range rows {
 		j := r.job
@@ -226,9 +190,9 @@ func (e *enqueuer) bulkArgs(args []any, k bulkKey, rows []bulkRow) []any {
 			args = append(args, j.ID, nullBytes(j.Payload))
 			continue
 		}
-		args = append(args, j.ID, j.Queue, j.Task, nullBytes(j.Payload), j.Priority, runAtMicros(j.RunAt), j.MaxAttempts)
+		args = append(args, j.ID, j.Queue, j.Task, nullBytes(j.Payload), j.Priority, sqlrow.RunAtMicros(j.RunAt), j.MaxAttempts)
 		if !k.shed {
-			args = append(args, pendingStatus(j.RunAt, e.now))
+			args = append(args, sqlrow.PendingStatus(j.RunAt, e.now))
 		}
 	}
 	return args
@@ -240,7 +204,7 @@ func sameSettings(rows []bulkRow) bool {
 	for _, r := range rows[1:] {
 		b := r.job
 		if b.Queue != a.Queue || b.Task != a.Task || b.Priority != a.Priority ||
-			runAtMicros(b.RunAt) != runAtMicros(a.RunAt) || b.MaxAttempts != a.MaxAttempts {
+			sqlrow.RunAtMicros(b.RunAt) != sqlrow.RunAtMicros(a.RunAt) || b.MaxAttempts != a.MaxAttempts {
 			return false
 		}
 	}
@@ -426,7 +390,7 @@ func (e *enqueuer) keyed(j *store.NewJob) (api.EnqueueResult, error) {
 		switch err := row.Scan(&seq, &holder); {
 		case err == nil:
 			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET payload = ?, run_at = ?, status = ? WHERE seq = ?`,
-				nullBytes(j.Payload), runAtMicros(j.RunAt), pendingStatus(j.RunAt, e.now), seq); err != nil {
+				nullBytes(j.Payload), sqlrow.RunAtMicros(j.RunAt), sqlrow.PendingStatus(j.RunAt, e.now), seq); err != nil {
 				return api.EnqueueResult{}, err
 			}
 			return api.EnqueueResult{ID: holder, Outcome: api.OutcomeCoalesced}, nil
@@ -436,7 +400,7 @@ func (e *enqueuer) keyed(j *store.NewJob) (api.EnqueueResult, error) {
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO jobs (namespace, id, queue, task, payload, priority, run_at, max_attempts,
 		status, unique_key, debounce_key, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		e.ns, j.ID, j.Queue, j.Task, nullBytes(j.Payload), j.Priority, runAtMicros(j.RunAt), j.MaxAttempts, pendingStatus(j.RunAt, e.now),
+		e.ns, j.ID, j.Queue, j.Task, nullBytes(j.Payload), j.Priority, sqlrow.RunAtMicros(j.RunAt), j.MaxAttempts, sqlrow.PendingStatus(j.RunAt, e.now),
 		nullString(j.UniqueKey), nullString(j.DebounceKey), nanos(e.now))
 	if err != nil {
 		return api.EnqueueResult{}, err
@@ -462,7 +426,7 @@ func (e *enqueuer) replay(id string, c store.EnqueueCall) (api.EnqueueResult, er
 	case err != nil:
 		return api.EnqueueResult{}, err
 	}
-	if status != stDead {
+	if status != sqlrow.Dead {
 		return api.EnqueueResult{ID: id}, nil
 	}
 	if c.ShedError != "" {
@@ -490,7 +454,7 @@ func (e *enqueuer) replay(id string, c store.EnqueueCall) (api.EnqueueResult, er
 	// The debounce key is dropped: the window it stood for is long gone.
 	_, err := tx.ExecContext(ctx, `UPDATE jobs SET status = 0, attempt = 0, run_at = ?, error = NULL, dead_meta = NULL,
 		finished_at = NULL, lease_until = NULL, worker = NULL, result = NULL, shed = 0, no_retry = 0,
-		debounce_key = NULL, dead_replays = dead_replays + ? WHERE seq = ?`, runAtMicros(e.now), replays, seq)
+		debounce_key = NULL, dead_replays = dead_replays + ? WHERE seq = ?`, sqlrow.RunAtMicros(e.now), replays, seq)
 	if err != nil {
 		return api.EnqueueResult{}, err
 	}
@@ -815,7 +779,7 @@ func (s *Store) jobClaimMany(ctx context.Context, run txRunner, p store.JobClaim
 		}
 		skipQueue := map[string]bool{}
 		stopped := false
-		nowRunAt := runAtMicros(p.Now) // for comparing with run_at
+		nowRunAt := sqlrow.RunAtMicros(p.Now) // for comparing with run_at
 		// Cursors are shared by the group's claims: a page read for one
 		// claim serves the next, so a group of small claims reads each
 		// queue's head once.
@@ -1034,7 +998,7 @@ func (s *Store) jobUpdateMany(ctx context.Context, run txRunner, p store.JobUpda
 					debounce_key = CASE WHEN debounce_key IS NOT NULL AND EXISTS (SELECT 1 FROM jobs h
 						WHERE h.namespace = jobs.namespace AND h.debounce_key = jobs.debounce_key AND h.status IN (0, 4))
 						THEN NULL ELSE debounce_key END`+cond,
-					pendingStatus(u.RunAt, p.Now), runAtMicros(u.RunAt), nullString(u.Error), p.Namespace, u.ID, u.Attempt)
+					sqlrow.PendingStatus(u.RunAt, p.Now), sqlrow.RunAtMicros(u.RunAt), nullString(u.Error), p.Namespace, u.ID, u.Attempt)
 			case store.UpdateDead:
 				noRetry := 0
 				if u.NoRetry {
@@ -1051,7 +1015,7 @@ func (s *Store) jobUpdateMany(ctx context.Context, run txRunner, p store.JobUpda
 					debounce_key = CASE WHEN debounce_key IS NOT NULL AND EXISTS (SELECT 1 FROM jobs h
 						WHERE h.namespace = jobs.namespace AND h.debounce_key = jobs.debounce_key AND h.status IN (0, 4))
 						THEN NULL ELSE debounce_key END`+cond,
-					runAtMicros(p.Now), p.Namespace, u.ID, u.Attempt)
+					sqlrow.RunAtMicros(p.Now), p.Namespace, u.ID, u.Attempt)
 			default:
 				return fmt.Errorf("update %d: unknown kind %d", i, u.Kind)
 			}
@@ -1152,11 +1116,11 @@ func listSQL(p store.JobListParams) (string, []any, error) {
 	}
 	b.WriteString(`SELECT ` + jobCols + from + ` WHERE namespace = ?`)
 	if p.Status != "" {
-		code, ok := statusCode(p.Status)
+		code, ok := sqlrow.StatusCode(p.Status)
 		if !ok {
 			return "", nil, fmt.Errorf("sqlite: JobList: unknown status %q", p.Status)
 		}
-		if code == stPending {
+		if code == sqlrow.Pending {
 			b.WriteString(` AND status IN (0, 4)`)
 		} else {
 			// A literal: a partial index's condition must be provable
@@ -1264,7 +1228,7 @@ func jobNextRunAt(ctx context.Context, r querier, namespace string, queues []str
 			WHERE namespace = ? AND status = 4`, namespace).Scan(&n); err != nil {
 			return time.Time{}, false, fmt.Errorf("sqlite: JobNextRunAt: %w", err)
 		}
-		return fromRunAtMicros(n.Int64), n.Valid, nil
+		return sqlrow.FromRunAtMicros(n.Int64), n.Valid, nil
 	}
 	for _, q := range queues {
 		var n sql.NullInt64
@@ -1272,7 +1236,7 @@ func jobNextRunAt(ctx context.Context, r querier, namespace string, queues []str
 			WHERE namespace = ? AND queue = ? AND status = 4`, namespace, q).Scan(&n); err != nil {
 			return time.Time{}, false, fmt.Errorf("sqlite: JobNextRunAt: %w", err)
 		}
-		if t := fromRunAtMicros(n.Int64); n.Valid && (!found || t.Before(next)) {
+		if t := sqlrow.FromRunAtMicros(n.Int64); n.Valid && (!found || t.Before(next)) {
 			next, found = t, true
 		}
 	}
@@ -1326,21 +1290,11 @@ const deadRetryableSQL = `SELECT ` + jobCols + ` FROM jobs INDEXED BY jobs_ns_fi
 // ---------------------------------------------------------------------------
 // Retention
 
-func finishedStatus(st api.Status) (int, error) {
-	switch st {
-	case api.StatusCompleted:
-		return stCompleted, nil
-	case api.StatusDead:
-		return stDead, nil
-	}
-	return 0, fmt.Errorf("sqlite: retention works on completed or dead jobs, not %q", st)
-}
-
 // JobDeleteFinishedBefore deletes up to Limit finished jobs older than Before.
 func (s *Store) JobDeleteFinishedBefore(ctx context.Context, p store.JobDeleteFinishedBeforeParams) (int64, error) {
-	code, err := finishedStatus(p.Status)
+	code, err := sqlrow.FinishedStatus(p.Status)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("sqlite: %w", err)
 	}
 	var n int64
 	err = s.tx(ctx, "JobDeleteFinishedBefore", func(tx *wtx, step func() error) error {
@@ -1359,9 +1313,9 @@ func (s *Store) JobDeleteFinishedBefore(ctx context.Context, p store.JobDeleteFi
 
 // JobDeleteOverCeiling deletes a namespace's oldest finished jobs beyond Keep.
 func (s *Store) JobDeleteOverCeiling(ctx context.Context, p store.JobDeleteOverCeilingParams) (int64, error) {
-	code, err := finishedStatus(p.Status)
+	code, err := sqlrow.FinishedStatus(p.Status)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("sqlite: %w", err)
 	}
 	var n int64
 	err = s.tx(ctx, "JobDeleteOverCeiling", func(tx *wtx, step func() error) error {

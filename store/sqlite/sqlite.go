@@ -415,12 +415,6 @@ func (s *Store) exec(ctx context.Context, query string) (sql.Result, error) {
 // the year 2262, and a job may run as late as 9999-12-31T23:59:59Z (see
 // docs/protocol.md). The other times come from the node's clock.
 
-// runAtMicros is run_at as stored: truncated to the microsecond, the
-// precision the store contract keeps.
-func runAtMicros(t time.Time) int64 { return t.UnixMicro() }
-
-func fromRunAtMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
-
 func nanos(t time.Time) int64 { return t.UnixNano() }
 
 func fromNanos(n sql.NullInt64) time.Time {
