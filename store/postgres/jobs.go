@@ -15,6 +15,7 @@ import (
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/store"
+	"github.com/flexiq/flexiq/store/internal/claimscan"
 	"github.com/flexiq/flexiq/store/internal/sqlrow"
 )
 
@@ -354,34 +355,6 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 // ---------------------------------------------------------------------------
 // Claim
 
-type candidate struct {
-	seq      int64
-	task     string
-	priority int64
-	runAt    int64
-}
-
-// before reports whether a goes out before b: priority desc, run_at, seq.
-func (a *candidate) before(b *candidate) bool {
-	if a.priority != b.priority {
-		return a.priority > b.priority
-	}
-	if a.runAt != b.runAt {
-		return a.runAt < b.runAt
-	}
-	return a.seq < b.seq
-}
-
-// cursor walks one queue's due pending jobs in dispatch order, a page at a
-// time, leaving out skipped tasks and jobs other transactions hold.
-type cursor struct {
-	queue string
-	page  []candidate
-	pos   int // next candidate in page
-	last  *candidate
-	done  bool
-}
-
 // promoteSQL makes the queues' due scheduled jobs available before the
 // scan. Jobs another transaction holds are left for a later claim; those
 // the subquery locks stay scheduled until the update, so the update looks
@@ -531,34 +504,25 @@ func (s slotted) Scan(dest ...any) error {
 }
 
 // queueFetch queues the read of c's next page.
-func queueFetch(t *txn, ns string, c *cursor, skip map[string]bool, limit int) {
-	lastPri, lastRun, lastSeq := int64(math.MaxInt64), int64(math.MinInt64), int64(math.MinInt64)
-	if c.last != nil {
-		lastPri, lastRun, lastSeq = c.last.priority, c.last.runAt, c.last.seq
-	}
+func queueFetch(t *txn, ns string, c *claimscan.Cursor, skip map[string]bool, limit int) {
+	lastPri, lastRun, lastSeq := c.After()
 	tasks := make([]string, 0, len(skip))
 	for task := range skip {
 		tasks = append(tasks, task)
 	}
-	t.query(fetchSQL, []any{ns, c.queue, lastPri, lastRun, lastSeq, tasks, limit}, func(rows pgx.Rows) error {
-		c.page, c.pos = c.page[:0], 0
+	t.query(fetchSQL, []any{ns, c.Queue, lastPri, lastRun, lastSeq, tasks, limit}, func(rows pgx.Rows) error {
+		c.Page()
 		for rows.Next() {
-			var cd candidate
-			if err := rows.Scan(&cd.seq, &cd.task, &cd.priority, &cd.runAt); err != nil {
+			var cd claimscan.Candidate
+			if err := rows.Scan(&cd.Seq, &cd.Task, &cd.Priority, &cd.RunAt); err != nil {
 				return err
 			}
-			c.page = append(c.page, cd)
+			c.Add(cd)
 		}
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if len(c.page) < limit {
-			c.done = true
-		}
-		if len(c.page) > 0 {
-			last := c.page[len(c.page)-1]
-			c.last = &last
-		}
+		c.Read(limit)
 		return nil
 	})
 }
@@ -573,19 +537,13 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 	var out [][]store.Job
 	err := s.write(ctx, "JobClaimMany", func(t *txn) error {
 		out = make([][]store.Job, len(p.Claims))
-		skipTask := map[string]bool{}
-		for _, task := range p.ExcludeTasks {
-			skipTask[task] = true
-		}
-		skipQueue := map[string]bool{}
+		g := claimscan.NewGroup(&p)
 		remaining := 0
-		cursors := map[string]*cursor{}
 		var queues []string
 		for _, c := range p.Claims {
 			remaining += max(c.Max, 0)
 			for _, q := range c.Queues {
-				if cursors[q] == nil {
-					cursors[q] = &cursor{queue: q}
+				if _, made := g.Cursor(q); made {
 					queues = append(queues, q)
 				}
 			}
@@ -607,69 +565,24 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 		// skip some, and another page costs a round trip.
 		pageSize := func() int { return remaining + 4 }
 		for _, q := range queues {
-			queueFetch(t, p.Namespace, cursors[q], skipTask, pageSize())
+			c, _ := g.Cursor(q)
+			queueFetch(t, p.Namespace, c, g.SkipTasks(), pageSize())
 		}
 		if err := t.flush(); err != nil {
 			return err
 		}
-		stopped := false
+		read := func(c *claimscan.Cursor) error {
+			queueFetch(t, p.Namespace, c, g.SkipTasks(), pageSize())
+			return t.flush()
+		}
 		takenBy := make([][]int64, len(p.Claims))
 		for ci, claim := range p.Claims {
-			if stopped {
+			if g.Stopped() {
 				break
 			}
-			var mine []*cursor
-			for _, q := range claim.Queues {
-				if c := cursors[q]; !slices.Contains(mine, c) {
-					mine = append(mine, c)
-				}
-			}
-			var taken []int64
-			for len(taken) < claim.Max && !stopped {
-				// Pick the best head among the claim's queues, refilling
-				// pages as they run out.
-				var best *cursor
-				for _, c := range mine {
-					if skipQueue[c.queue] {
-						continue
-					}
-					for c.pos < len(c.page) && skipTask[c.page[c.pos].task] {
-						c.pos++
-					}
-					if c.pos >= len(c.page) && !c.done {
-						queueFetch(t, p.Namespace, c, skipTask, pageSize())
-						if err := t.flush(); err != nil {
-							return err
-						}
-					}
-					if c.pos >= len(c.page) {
-						continue
-					}
-					if best == nil || c.page[c.pos].before(&best.page[best.pos]) {
-						best = c
-					}
-				}
-				if best == nil {
-					break
-				}
-				cd := best.page[best.pos]
-				best.pos++
-				verdict := store.ClaimTake
-				if p.Allow != nil {
-					verdict = p.Allow(best.queue, cd.task)
-				}
-				switch verdict {
-				case store.ClaimSkipTask:
-					skipTask[cd.task] = true
-					continue
-				case store.ClaimSkipQueue:
-					skipQueue[best.queue] = true
-					continue
-				case store.ClaimStop:
-					stopped = true
-					continue
-				}
-				taken = append(taken, cd.seq)
+			taken, err := g.Take(claim.Queues, claim.Max, read)
+			if err != nil {
+				return err
 			}
 			remaining -= max(claim.Max, 0)
 			takenBy[ci] = taken

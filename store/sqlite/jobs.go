@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/store"
+	"github.com/flexiq/flexiq/store/internal/claimscan"
 	"github.com/flexiq/flexiq/store/internal/sqlrow"
 )
 
@@ -492,37 +492,7 @@ func (s *Store) jobEnqueueMany(ctx context.Context, run txRunner, p store.JobEnq
 // ---------------------------------------------------------------------------
 // Claim
 
-const claimCols = `seq, id, queue, task, priority, run_at`
-
-type candidate struct {
-	seq      int64
-	id       string
-	queue    string
-	task     string
-	priority int64
-	runAt    int64
-}
-
-// before reports whether a goes out before b: priority desc, run_at, seq.
-func (a *candidate) before(b *candidate) bool {
-	if a.priority != b.priority {
-		return a.priority > b.priority
-	}
-	if a.runAt != b.runAt {
-		return a.runAt < b.runAt
-	}
-	return a.seq < b.seq
-}
-
-// cursor walks one queue's due pending jobs in dispatch order, a page at a
-// time, leaving out skipped tasks.
-type cursor struct {
-	queue string
-	page  []candidate
-	pos   int // next candidate in page
-	last  *candidate
-	done  bool
-}
+const claimCols = `seq, task, priority, run_at`
 
 // The page queries have two fixed shapes so they stay prepared: the keyset
 // starts before every job, skipped tasks come as a JSON array, and the page
@@ -604,15 +574,10 @@ func pageSize(want int) int {
 	return pageSizes[len(pageSizes)-1]
 }
 
-func (s *Store) fetch(ctx context.Context, tx *wtx, ns string, c *cursor, skip map[string]bool, want int) error {
+func (s *Store) fetch(ctx context.Context, tx *wtx, ns string, c *claimscan.Cursor, skip map[string]bool, want int) error {
 	size := pageSize(want)
-	// Before the first page the keyset sits ahead of every job: priority
-	// MaxInt64 with run_at MinInt64 still lets jobs of priority MaxInt64 in.
-	lastPri, lastRun, lastSeq := int64(math.MaxInt64), int64(math.MinInt64), int64(math.MinInt64)
-	if c.last != nil {
-		lastPri, lastRun, lastSeq = c.last.priority, c.last.runAt, c.last.seq
-	}
-	query, args := fetchSQL+strconv.Itoa(size), []any{ns, c.queue, lastPri, lastRun, lastSeq}
+	lastPri, lastRun, lastSeq := c.After()
+	query, args := fetchSQL+strconv.Itoa(size), []any{ns, c.Queue, lastPri, lastRun, lastSeq}
 	if len(skip) > 0 {
 		tasks := make([]string, 0, len(skip))
 		for t := range skip {
@@ -629,24 +594,18 @@ func (s *Store) fetch(ctx context.Context, tx *wtx, ns string, c *cursor, skip m
 		return err
 	}
 	defer rows.Close()
-	c.page, c.pos = c.page[:0], 0
+	c.Page()
 	for rows.Next() {
-		var cd candidate
-		if err := rows.Scan(&cd.seq, &cd.id, &cd.queue, &cd.task, &cd.priority, &cd.runAt); err != nil {
+		var cd claimscan.Candidate
+		if err := rows.Scan(&cd.Seq, &cd.Task, &cd.Priority, &cd.RunAt); err != nil {
 			return err
 		}
-		c.page = append(c.page, cd)
+		c.Add(cd)
 	}
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if len(c.page) < size {
-		c.done = true
-	}
-	if len(c.page) > 0 {
-		last := c.page[len(c.page)-1]
-		c.last = &last
-	}
+	c.Read(size)
 	return nil
 }
 
@@ -773,16 +732,7 @@ func (s *Store) jobClaimMany(ctx context.Context, run txRunner, p store.JobClaim
 	var out [][]store.Job
 	err := run(ctx, "JobClaimMany", func(tx *wtx, step func() error) error {
 		out = make([][]store.Job, len(p.Claims))
-		skipTask := map[string]bool{}
-		for _, t := range p.ExcludeTasks {
-			skipTask[t] = true
-		}
-		skipQueue := map[string]bool{}
-		stopped := false
 		nowRunAt := sqlrow.RunAtMicros(p.Now) // for comparing with run_at
-		// Cursors are shared by the group's claims: a page read for one
-		// claim serves the next, so a group of small claims reads each
-		// queue's head once.
 		remaining := 0
 		for _, c := range p.Claims {
 			remaining += c.Max
@@ -801,81 +751,31 @@ func (s *Store) jobClaimMany(ctx context.Context, run txRunner, p store.JobClaim
 			}
 			return claimHead(ctx, tx, &p, q, out)
 		}
-		cursors := map[string]*cursor{}
+		g := claimscan.NewGroup(&p)
+		read := func(c *claimscan.Cursor) error { return s.fetch(ctx, tx, p.Namespace, c, g.SkipTasks(), remaining) }
 		type pick struct {
 			seq   int64
 			claim int
 		}
 		var picks []pick
 		for ci, claim := range p.Claims {
-			if stopped {
+			if g.Stopped() {
 				break
 			}
 			if err := step(); err != nil {
 				return err
 			}
-			var taken []int64
-			var mine []*cursor
 			for _, q := range claim.Queues {
-				c, ok := cursors[q]
-				if !ok && !p.NoPromote {
+				if _, made := g.Cursor(q); made && !p.NoPromote {
 					// Due scheduled jobs become available before the scan.
 					if _, err := tx.ExecContext(ctx, promoteSQL, p.Namespace, q, nowRunAt); err != nil {
 						return err
 					}
 				}
-				if !ok {
-					c = &cursor{queue: q}
-					cursors[q] = c
-				}
-				if !slices.Contains(mine, c) {
-					mine = append(mine, c)
-				}
 			}
-			for len(taken) < claim.Max && !stopped {
-				// Pick the best head among the claim's queues, refilling
-				// pages as they run out.
-				var best *cursor
-				for _, c := range mine {
-					if skipQueue[c.queue] {
-						continue
-					}
-					for c.pos < len(c.page) && skipTask[c.page[c.pos].task] {
-						c.pos++
-					}
-					if c.pos >= len(c.page) && !c.done {
-						if err := s.fetch(ctx, tx, p.Namespace, c, skipTask, remaining); err != nil {
-							return err
-						}
-					}
-					if c.pos >= len(c.page) {
-						continue
-					}
-					if best == nil || c.page[c.pos].before(&best.page[best.pos]) {
-						best = c
-					}
-				}
-				if best == nil {
-					break
-				}
-				cd := best.page[best.pos]
-				best.pos++
-				verdict := store.ClaimTake
-				if p.Allow != nil {
-					verdict = p.Allow(cd.queue, cd.task)
-				}
-				switch verdict {
-				case store.ClaimSkipTask:
-					skipTask[cd.task] = true
-					continue
-				case store.ClaimSkipQueue:
-					skipQueue[cd.queue] = true
-					continue
-				case store.ClaimStop:
-					stopped = true
-					continue
-				}
-				taken = append(taken, cd.seq)
+			taken, err := g.Take(claim.Queues, claim.Max, read)
+			if err != nil {
+				return err
 			}
 			remaining -= claim.Max
 			for _, seq := range taken {
