@@ -566,18 +566,18 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 		pageSize := func() int { return remaining + 4 }
 		for _, q := range queues {
 			c, _ := g.Cursor(q)
-			queueFetch(t, p.Namespace, c, g.SkipTasks(), pageSize())
+			queueFetch(t, p.Namespace, c, g.SkipTask, pageSize())
 		}
 		if err := t.flush(); err != nil {
 			return err
 		}
 		read := func(c *claimscan.Cursor) error {
-			queueFetch(t, p.Namespace, c, g.SkipTasks(), pageSize())
+			queueFetch(t, p.Namespace, c, g.SkipTask, pageSize())
 			return t.flush()
 		}
 		takenBy := make([][]int64, len(p.Claims))
 		for ci, claim := range p.Claims {
-			if g.Stopped() {
+			if g.Stopped {
 				break
 			}
 			taken, err := g.Take(claim.Queues, claim.Max, read)

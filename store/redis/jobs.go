@@ -11,6 +11,7 @@ import (
 
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/store"
+	"github.com/flexiq/flexiq/store/internal/claimscan"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -145,10 +146,8 @@ type cursor struct {
 // claimState is what a claim group has learnt from Allow; it outlives a
 // re-plan so that Allow is not asked twice about a job it took.
 type claimState struct {
-	skipTask  map[string]bool
-	skipQueue map[string]bool
-	taken     map[string]bool // ids Allow took
-	stopped   bool
+	claimscan.Gate
+	taken map[string]bool // ids Allow took
 }
 
 // claimPlan is one attempt's choice: the jobs each claim takes.
@@ -169,10 +168,7 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 	mu.Lock()
 	defer mu.Unlock()
 
-	st := &claimState{skipTask: map[string]bool{}, skipQueue: map[string]bool{}, taken: map[string]bool{}}
-	for _, t := range p.ExcludeTasks {
-		st.skipTask[t] = true
-	}
+	st := &claimState{Gate: claimscan.NewGate(&p), taken: map[string]bool{}}
 	var queues []string
 	seen := map[string]bool{}
 	total := 0
@@ -207,7 +203,7 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 		if err := fault(); err != nil {
 			return nil, err
 		}
-		st.stopped = false // Allow says so again if it still holds
+		st.Stopped = false // Allow says so again if it still holds
 		plan, err := s.planClaim(ctx, E, p, st, cursors, page)
 		if err != nil {
 			return nil, wrap(op, err)
@@ -386,7 +382,7 @@ func (s *Store) head(ctx context.Context, E string, c *cursor, skipTask map[stri
 func (s *Store) planClaim(ctx context.Context, E string, p store.JobClaimManyParams, st *claimState, cursors map[string]*cursor, page int) (claimPlan, error) {
 	plan := claimPlan{chosen: make([][]claimed, len(p.Claims))}
 	for ci, claim := range p.Claims {
-		if st.stopped {
+		if st.Stopped {
 			break
 		}
 		var mine []*cursor
@@ -400,16 +396,16 @@ func (s *Store) planClaim(ctx context.Context, E string, p store.JobClaimManyPar
 				mine = append(mine, c)
 			}
 		}
-		for len(plan.chosen[ci]) < claim.Max && !st.stopped {
+		for len(plan.chosen[ci]) < claim.Max && !st.Stopped {
 			var (
 				best *cursor
 				bm   *member
 			)
 			for _, c := range mine {
-				if st.skipQueue[c.queue] {
+				if st.SkipQueue[c.queue] {
 					continue
 				}
-				m, err := s.head(ctx, E, c, st.skipTask, page)
+				m, err := s.head(ctx, E, c, st.SkipTask, page)
 				if err != nil {
 					return plan, err
 				}
@@ -422,19 +418,7 @@ func (s *Store) planClaim(ctx context.Context, E string, p store.JobClaimManyPar
 			}
 			best.pos++
 			if !st.taken[bm.id] {
-				verdict := store.ClaimTake
-				if p.Allow != nil {
-					verdict = p.Allow(best.queue, bm.task)
-				}
-				switch verdict {
-				case store.ClaimSkipTask:
-					st.skipTask[bm.task] = true
-					continue
-				case store.ClaimSkipQueue:
-					st.skipQueue[best.queue] = true
-					continue
-				case store.ClaimStop:
-					st.stopped = true
+				if !st.Ask(best.queue, bm.task) {
 					continue
 				}
 				st.taken[bm.id] = true

@@ -752,14 +752,14 @@ func (s *Store) jobClaimMany(ctx context.Context, run txRunner, p store.JobClaim
 			return claimHead(ctx, tx, &p, q, out)
 		}
 		g := claimscan.NewGroup(&p)
-		read := func(c *claimscan.Cursor) error { return s.fetch(ctx, tx, p.Namespace, c, g.SkipTasks(), remaining) }
+		read := func(c *claimscan.Cursor) error { return s.fetch(ctx, tx, p.Namespace, c, g.SkipTask, remaining) }
 		type pick struct {
 			seq   int64
 			claim int
 		}
 		var picks []pick
 		for ci, claim := range p.Claims {
-			if g.Stopped() {
+			if g.Stopped {
 				break
 			}
 			if err := step(); err != nil {

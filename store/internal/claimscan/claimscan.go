@@ -72,25 +72,58 @@ func (c *Cursor) Read(limit int) {
 	}
 }
 
-// Group is what a group's claims share as they take jobs in turn: the
-// cursors (a page read for one claim serves the next, so a group of small
-// claims reads each queue's head once), and the tasks and queues the gate
-// skipped, and whether it stopped the group.
-type Group struct {
-	cursors   map[string]*Cursor
-	skipTask  map[string]bool
-	skipQueue map[string]bool
+// Gate is what a group's claims have learnt from the namespace's gate
+// (store.JobClaimManyParams.Allow) as they take jobs in turn: the tasks
+// and queues it skipped (and the tasks the group excludes), and whether
+// it stopped the group. The Redis store, whose walk differs, asks it too.
+type Gate struct {
+	SkipTask  map[string]bool
+	SkipQueue map[string]bool
+	Stopped   bool
 	allow     func(queue, task string) store.ClaimVerdict
-	stopped   bool
+}
+
+// NewGate starts the gate of p's group.
+func NewGate(p *store.JobClaimManyParams) Gate {
+	g := Gate{SkipTask: map[string]bool{}, SkipQueue: map[string]bool{}, allow: p.Allow}
+	for _, t := range p.ExcludeTasks {
+		g.SkipTask[t] = true
+	}
+	return g
+}
+
+// Ask says whether a job of task in queue is taken; when it is not, the
+// gate's verdict is kept (the task or queue skipped, or the group
+// stopped).
+func (g *Gate) Ask(queue, task string) bool {
+	verdict := store.ClaimTake
+	if g.allow != nil {
+		verdict = g.allow(queue, task)
+	}
+	switch verdict {
+	case store.ClaimSkipTask:
+		g.SkipTask[task] = true
+	case store.ClaimSkipQueue:
+		g.SkipQueue[queue] = true
+	case store.ClaimStop:
+		g.Stopped = true
+	default:
+		return true
+	}
+	return false
+}
+
+// Group is what a group's claims share as they take jobs in turn: the
+// gate, and the cursors (a page read for one claim serves the next, so a
+// group of small claims reads each queue's head once).
+type Group struct {
+	Gate
+	cursors map[string]*Cursor
 }
 
 // NewGroup starts the walk of p's claims.
 func NewGroup(p *store.JobClaimManyParams) *Group {
-	g := &Group{cursors: map[string]*Cursor{}, skipTask: map[string]bool{}, skipQueue: map[string]bool{}, allow: p.Allow}
-	for _, t := range p.ExcludeTasks {
-		g.skipTask[t] = true
-	}
-	return g
+	return &Group{Gate: NewGate(p), cursors: map[string]*Cursor{}}
 }
 
 // Cursor is queue q's cursor; made says it is new to the group.
@@ -103,13 +136,6 @@ func (g *Group) Cursor(q string) (c *Cursor, made bool) {
 	return c, true
 }
 
-// SkipTasks are the tasks no page needs to list (excluded, or skipped by
-// the gate): read only.
-func (g *Group) SkipTasks() map[string]bool { return g.skipTask }
-
-// Stopped reports whether the gate stopped the group.
-func (g *Group) Stopped() bool { return g.stopped }
-
 // Take takes up to max jobs for one claim from its queues' cursors, in
 // dispatch order, asking the gate of each; read refills a cursor whose
 // page ran out (it calls Page, Add and Read). It returns the seqs taken.
@@ -121,15 +147,15 @@ func (g *Group) Take(queues []string, max int, read func(*Cursor) error) ([]int6
 		}
 	}
 	var taken []int64
-	for len(taken) < max && !g.stopped {
+	for len(taken) < max && !g.Stopped {
 		// The best head among the claim's queues, refilling pages as
 		// they run out.
 		var best *Cursor
 		for _, c := range mine {
-			if g.skipQueue[c.Queue] {
+			if g.SkipQueue[c.Queue] {
 				continue
 			}
-			for c.pos < len(c.page) && g.skipTask[c.page[c.pos].Task] {
+			for c.pos < len(c.page) && g.SkipTask[c.page[c.pos].Task] {
 				c.pos++
 			}
 			if c.pos >= len(c.page) && !c.done {
@@ -149,22 +175,9 @@ func (g *Group) Take(queues []string, max int, read func(*Cursor) error) ([]int6
 		}
 		cd := best.page[best.pos]
 		best.pos++
-		verdict := store.ClaimTake
-		if g.allow != nil {
-			verdict = g.allow(best.Queue, cd.Task)
+		if g.Ask(best.Queue, cd.Task) {
+			taken = append(taken, cd.Seq)
 		}
-		switch verdict {
-		case store.ClaimSkipTask:
-			g.skipTask[cd.Task] = true
-			continue
-		case store.ClaimSkipQueue:
-			g.skipQueue[best.Queue] = true
-			continue
-		case store.ClaimStop:
-			g.stopped = true
-			continue
-		}
-		taken = append(taken, cd.Seq)
 	}
 	return taken, nil
 }

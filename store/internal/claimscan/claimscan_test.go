@@ -54,7 +54,7 @@ func TestTakeMergesQueuesInDispatchOrderUnderTheGate(t *testing.T) {
 		asked = append(asked, int64(len(asked)))
 		return allow(q, task)
 	}})
-	read := p.read(g.SkipTasks())
+	read := p.read(g.SkipTask)
 	first, err := g.Take([]string{"a", "b", "a"}, 2, read)
 	if err != nil {
 		t.Fatal(err)
@@ -75,15 +75,15 @@ func TestTakeMergesQueuesInDispatchOrderUnderTheGate(t *testing.T) {
 	if len(asked) != 6 {
 		t.Fatalf("the gate was asked %d times, want 6 (1, 4, 3, 5, 2, 9)", len(asked))
 	}
-	if g.Stopped() {
+	if g.Stopped {
 		t.Fatal("stopped without a stop")
 	}
 
 	stop := NewGroup(&store.JobClaimManyParams{ExcludeTasks: []string{"x"}, Allow: func(string, string) store.ClaimVerdict { return store.ClaimStop }})
-	if got, _ := stop.Take([]string{"a", "b"}, 3, p.read(stop.SkipTasks())); len(got) != 0 || !stop.Stopped() {
-		t.Fatalf("a stopped group took %v (stopped %v)", got, stop.Stopped())
+	if got, _ := stop.Take([]string{"a", "b"}, 3, p.read(stop.SkipTask)); len(got) != 0 || !stop.Stopped {
+		t.Fatalf("a stopped group took %v (stopped %v)", got, stop.Stopped)
 	}
-	if more, _ := stop.Take([]string{"a"}, 3, p.read(stop.SkipTasks())); len(more) != 0 {
+	if more, _ := stop.Take([]string{"a"}, 3, p.read(stop.SkipTask)); len(more) != 0 {
 		t.Fatalf("a claim after the stop took %v", more)
 	}
 }
