@@ -54,13 +54,11 @@ func StatusCode(s api.Status) (int, bool) {
 // FinishedStatus is the code of a finished status, which retention
 // deletes: completed or dead.
 func FinishedStatus(s api.Status) (int, error) {
-	switch s {
-	case api.StatusCompleted:
-		return Completed, nil
-	case api.StatusDead:
-		return Dead, nil
+	if s != api.StatusCompleted && s != api.StatusDead {
+		return 0, fmt.Errorf("retention works on completed or dead jobs, not %q", s)
 	}
-	return 0, fmt.Errorf("retention works on completed or dead jobs, not %q", s)
+	code, _ := StatusCode(s)
+	return code, nil
 }
 
 // StatusName is the api status of code, "" for a code no store writes.
