@@ -50,8 +50,8 @@ func scanJob(row pgx.Row) (store.Job, error) {
 // Enqueue
 
 // Key-less jobs go in with one INSERT … SELECT FROM unnest(arrays) per run
-// of them: one prepared statement whatever the batch size, rows inserted
-// (and numbered) in the arrays' order. When a run holds a client-chosen
+// of them: a prepared statement of one of a few shapes whatever the batch
+// size, rows inserted (and numbered) in the arrays' order. When a run holds a client-chosen
 // id, a repeated one is skipped by ON CONFLICT DO NOTHING, and RETURNING
 // id tells which were. A run of ids FlexiQ generated (never repeated) has
 // no conflict clause: an INSERT … ON CONFLICT checks each arbiter index
@@ -60,24 +60,70 @@ func scanJob(row pgx.Row) (store.Job, error) {
 // "PostgreSQL: generated ids without a conflict clause"). Were a
 // generated id ever repeated, the write fails whole instead of answering
 // "enqueued" for a job it did not write.
-const (
-	insertRowsSQL = `INSERT INTO jobs (namespace, id, queue, task, payload, priority, run_at, max_attempts, status, created_at)
-		SELECT $1::text, r.id, r.queue, r.task, r.payload, r.priority, r.run_at, r.max_attempts, r.status, $10::bigint
-		FROM unnest($2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::bigint[], $8::bigint[], $9::smallint[])
-			WITH ORDINALITY AS r(id, queue, task, payload, priority, run_at, max_attempts, status, ord)
-		ORDER BY r.ord`
-	insertRowsReturningSQL = insertRowsSQL + ` ON CONFLICT DO NOTHING RETURNING id`
+//
+// What a run's rows share (queue, task, priority, run_at, max_attempts,
+// and so the status) goes once, as scalars, when every row shares it, and
+// otherwise in arrays a row long: PostgreSQL then reads two arrays rather
+// than eight, which made a batch about a fifth faster (docs/performance.md,
+// "PostgreSQL: what a run's rows share is sent once").
+//
+// The parameters keep their numbers in every shape: $1 the namespace, $2
+// the ids, $3 the queues, $4 the tasks, $5 the payloads, $6 the
+// priorities, $7 the run_ats, $8 the max_attempts; then $9 the statuses
+// and $10 the time, or for shed rows $9 the time, $10 the error and $11
+// the dead-letter metadata.
+func insertRowsSQL(shed, shared, returning bool) string {
+	type param struct {
+		col, typ string
+		perRow   bool
+	}
+	params := []param{{"id", "text", true}, {"queue", "text", false}, {"task", "text", false}, {"payload", "bytea", true},
+		{"priority", "bigint", false}, {"run_at", "bigint", false}, {"max_attempts", "bigint", false}}
+	if !shed {
+		params = append(params, param{"status", "smallint", false})
+	}
+	var sel, arrays, names []string
+	for i, p := range params {
+		n := strconv.Itoa(i + 2)
+		if p.perRow || !shared {
+			sel = append(sel, "r."+p.col)
+			arrays = append(arrays, "$"+n+"::"+p.typ+"[]")
+			names = append(names, p.col)
+		} else {
+			sel = append(sel, "$"+n+"::"+p.typ)
+		}
+	}
+	cols, rest, tail := "status, created_at", "$10::bigint", ""
+	switch {
+	case shed:
+		// Shed rows are dead at once and hold no keys; a repeated id
+		// writes nothing.
+		cols, rest, tail = "status, created_at, finished_at, error, dead_meta, shed",
+			"3, $9::bigint, $9::bigint, $10::text, $11::bytea, true", " ON CONFLICT DO NOTHING"
+	case returning:
+		tail = " ON CONFLICT DO NOTHING RETURNING id"
+	}
+	return `INSERT INTO jobs (namespace, id, queue, task, payload, priority, run_at, max_attempts, ` + cols + `)
+		SELECT $1::text, ` + strings.Join(sel, ", ") + `, ` + rest + `
+		FROM unnest(` + strings.Join(arrays, ", ") + `) WITH ORDINALITY AS r(` + strings.Join(names, ", ") + `, ord)
+		ORDER BY r.ord` + tail
+}
 
-	// Shed rows are dead at once and hold no keys.
-	insertShedRowsSQL = `INSERT INTO jobs (namespace, id, queue, task, payload, priority, run_at, max_attempts, status,
-			created_at, finished_at, error, dead_meta, shed)
-		SELECT $1::text, r.id, r.queue, r.task, r.payload, r.priority, r.run_at, r.max_attempts, 3,
-			$9::bigint, $9::bigint, $10::text, $11::bytea, true
-		FROM unnest($2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::bigint[], $8::bigint[])
-			WITH ORDINALITY AS r(id, queue, task, payload, priority, run_at, max_attempts, ord)
-		ORDER BY r.ord
-		ON CONFLICT DO NOTHING`
-)
+// rowsSQL holds insertRowsSQL's statements, by shed, shared, returning.
+var rowsSQL = func() (m [2][2][2]string) {
+	for i := range 8 {
+		m[i>>2][i>>1&1][i&1] = insertRowsSQL(i>>2 == 1, i>>1&1 == 1, i&1 == 1)
+	}
+	return m
+}()
+
+// b2i is 1 for true.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // insertKeyedSQL writes one admitted job with a unique or debounce key in
 // one statement: its id already stored → (1, id); its unique key held by a
@@ -203,33 +249,40 @@ func (e *enqueuer) flushRows() {
 	}
 	e.rows, e.rowsBytes = nil, 0
 	n := len(rows)
-	var (
-		ids, queues, tasks          = make([]string, n), make([]string, n), make([]string, n)
-		payloads                    = make([][]byte, n)
-		priorities, runAts, maxAtts = make([]int64, n), make([]int64, n), make([]int64, n)
-		returning                   bool
-	)
+	ids, payloads := make([]string, n), make([][]byte, n)
+	returning, shared := false, true
+	j0 := rows[0].job
+	status0 := sqlrow.PendingStatus(j0.RunAt, e.now)
 	for i, r := range rows {
 		j := r.job
-		ids[i], queues[i], tasks[i], payloads[i] = j.ID, j.Queue, j.Task, j.Payload
-		priorities[i], runAts[i], maxAtts[i] = j.Priority, sqlrow.RunAtMicros(j.RunAt), j.MaxAttempts
+		ids[i], payloads[i] = j.ID, j.Payload
 		returning = returning || !j.Generated
+		shared = shared && j.Queue == j0.Queue && j.Task == j0.Task && j.Priority == j0.Priority &&
+			sqlrow.RunAtMicros(j.RunAt) == sqlrow.RunAtMicros(j0.RunAt) && j.MaxAttempts == j0.MaxAttempts &&
+			sqlrow.PendingStatus(j.RunAt, e.now) == status0
+	}
+	args := []any{e.ns, ids, j0.Queue, j0.Task, payloads, j0.Priority, sqlrow.RunAtMicros(j0.RunAt), j0.MaxAttempts, int16(status0)}
+	if !shared {
+		queues, tasks := make([]string, n), make([]string, n)
+		priorities, runAts, maxAtts, statuses := make([]int64, n), make([]int64, n), make([]int64, n), make([]int16, n)
+		for i, r := range rows {
+			j := r.job
+			queues[i], tasks[i], priorities[i] = j.Queue, j.Task, j.Priority
+			runAts[i], maxAtts[i], statuses[i] = sqlrow.RunAtMicros(j.RunAt), j.MaxAttempts, int16(sqlrow.PendingStatus(j.RunAt, e.now))
+		}
+		args = []any{e.ns, ids, queues, tasks, payloads, priorities, runAts, maxAtts, statuses}
 	}
 	if e.rowsIsShed {
-		// Shed either way; a repeated id simply writes nothing.
-		e.t.exec(insertShedRowsSQL, []any{e.ns, ids, queues, tasks, payloads, priorities, runAts, maxAtts,
-			e.nowNanos, e.rowsShed, []byte(admissionShedMeta)}, nil)
+		// Shed either way; a repeated id simply writes nothing. (The
+		// statuses are not sent: shed rows are dead.)
+		e.t.exec(rowsSQL[1][b2i(shared)][0], append(args[:8], e.nowNanos, e.rowsShed, []byte(admissionShedMeta)), nil)
 		return
 	}
-	statuses := make([]int16, n)
-	for i, r := range rows {
-		statuses[i] = int16(sqlrow.PendingStatus(r.job.RunAt, e.now))
-	}
-	args := []any{e.ns, ids, queues, tasks, payloads, priorities, runAts, maxAtts, statuses, e.nowNanos}
+	args = append(args, e.nowNanos)
 	if !returning {
 		// Generated ids are never repeated (store.NewJob.Generated): no
 		// conflict clause.
-		e.t.exec(insertRowsSQL, args, func(pgconn.CommandTag) error {
+		e.t.exec(rowsSQL[0][b2i(shared)][0], args, func(pgconn.CommandTag) error {
 			for _, r := range rows {
 				r.res.Outcome = api.OutcomeEnqueued
 			}
@@ -237,7 +290,7 @@ func (e *enqueuer) flushRows() {
 		})
 		return
 	}
-	e.t.query(insertRowsReturningSQL, args, func(rs pgx.Rows) error {
+	e.t.query(rowsSQL[0][b2i(shared)][1], args, func(rs pgx.Rows) error {
 		inserted := make(map[string]int, n)
 		for rs.Next() {
 			var id string
