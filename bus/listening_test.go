@@ -212,15 +212,27 @@ func TestAClaimWaitsForItsCallersInterest(t *testing.T) {
 // held claims, more go on at once.
 func TestAClaimsWaitForItsCallersInterestIsBounded(t *testing.T) {
 	var late lateInterest
-	k := startKeptCalls(t, nil, late.wrap, func(s *Service) { s.hearGrace, s.holdMax = 50*time.Millisecond, 1 })
+	var now atomic.Int64 // the service's clock, moved by hand
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	k := startKeptCalls(t, nil, late.wrap, func(s *Service) {
+		s.now = func() time.Time { return time.Unix(0, now.Load()) }
+		s.holdMax = 1
+	})
 	k.publish(t, api.SubjectClaim, `{"queues":["q"],"max":1,"wait_ms":60000}`)
 	late.waitAsked(t, k.inbox.Subject, 2)
-	// One is held: the next goes on at once, ahead of it.
+	// One is held: the next goes on at once.
 	k.publish(t, api.SubjectClaim, `{"queues":["q"],"max":2,"wait_ms":60000}`)
-	for _, want := range []int{2, 1} {
-		m := k.received(t, api.SubjectClaim)
-		if got := m.Body.(*api.ClaimRequest).Max; got != want || !m.Gone() {
-			t.Fatalf("got the claim of max %d (gone %v), want the claim of max %d, gone", got, m.Gone(), want)
-		}
+	if m := k.received(t, api.SubjectClaim); m.Body.(*api.ClaimRequest).Max != 2 || !m.Gone() {
+		t.Fatalf("got the claim of max %d (gone %v), want the one past the bound, gone", m.Body.(*api.ClaimRequest).Max, m.Gone())
+	}
+	late.waitAsked(t, k.inbox.Subject, 1)
+	select {
+	case m := <-k.got:
+		t.Fatalf("the held claim went on before its grace passed: %+v", m.Body)
+	default:
+	}
+	now.Add(int64(claimHearGrace))
+	if m := k.received(t, api.SubjectClaim); m.Body.(*api.ClaimRequest).Max != 1 || !m.Gone() {
+		t.Fatalf("got the claim of max %d (gone %v), want the held one after its grace, gone", m.Body.(*api.ClaimRequest).Max, m.Gone())
 	}
 }
