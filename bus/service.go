@@ -243,9 +243,9 @@ const (
 // interest on this node's server. In a cluster a client's call can reach
 // a node (a queue member or an owner the call is forwarded to) before the
 // client's interest in its reply subject does, through the routes; the
-// claim's reply, and the jobs in it, would then be lost (docs/cluster.md
-// and, for the jobs, actors.Message.Listening, which would also take such
-// a claim for one whose caller left). So the claim is held, off the
+// claim's reply, and the jobs in it, would then be lost
+// (docs/protocol.md, fq.v1.claim; actors.Message.Listening would also take
+// such a claim for one whose caller left, and give its jobs back). So the claim is held, off the
 // handler's goroutine, until that interest shows or hearGrace passes
 // (then it goes on, and the actor decides as for a caller that left), and
 // h takes it up again. Without an embedded server, or with maxHeldClaims
