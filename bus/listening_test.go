@@ -37,12 +37,13 @@ type keptCalls struct {
 	inbox *nats.Subscription
 }
 
-// startKeptCalls starts the service; setup, when not nil, may change it
-// before any call comes (its interest is the server's until then).
-func startKeptCalls(t *testing.T, log *slog.Logger, setup ...func(*Service)) *keptCalls {
+// startKeptCalls starts the service of node n1, alone or (router not
+// nil) in a cluster; setup, when not nil, may change it before any call
+// comes (its interest is the server's until then).
+func startKeptCalls(t *testing.T, log *slog.Logger, router Router, setup ...func(*Service)) *keptCalls {
 	t.Helper()
 	k := &keptCalls{b: startAuthBus(t), got: make(chan *actors.Message, 4)}
-	svc, err := NewService(context.Background(), k.b.node, "n1", keepingActors{got: k.got}, workerAuth{}, nil, log)
+	svc, err := NewService(context.Background(), k.b.node, "n1", keepingActors{got: k.got}, workerAuth{}, router, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func (k *keptCalls) leave(t *testing.T) {
 // client's connection closes, the parked claim is gone and is given no
 // job (which nobody would work until its lease ran out).
 func TestAClaimKnowsWhenItsClientLeft(t *testing.T) {
-	k := startKeptCalls(t, nil)
+	k := startKeptCalls(t, nil, nil)
 	claim := k.send(t, api.SubjectClaim, `{"queues":["q"],"max":1,"wait_ms":60000}`)
 	if claim.Gone() {
 		t.Fatal("a claim whose client listens is gone")
@@ -124,7 +125,7 @@ func TestAClaimKnowsWhenItsClientLeft(t *testing.T) {
 // answered.
 func TestADroppedReplyIsLoggedAtDebug(t *testing.T) {
 	var logs testlog.Buffer
-	k := startKeptCalls(t, logs.Logger(slog.LevelDebug))
+	k := startKeptCalls(t, logs.Logger(slog.LevelDebug), nil)
 	const claim, dropped = `{"queues":["q"],"max":1}`, "reply dropped"
 	k.send(t, api.SubjectClaim, claim).Reply(api.ClaimReply{}, nil)
 	if _, err := k.inbox.NextMsg(10 * time.Second); err != nil {
@@ -184,10 +185,22 @@ func (l *lateInterest) waitAsked(t *testing.T, subject string, n int) {
 // A claim that reaches a node before its caller's interest in the reply
 // subject does (in a cluster, through the routes) waits for it: answered
 // before, its reply and jobs would be lost, and the actor would take it
-// for a claim whose caller left.
+// for a claim whose caller left. On one node, where a client's interest
+// always comes first, nothing is asked.
 func TestAClaimWaitsForItsCallersInterest(t *testing.T) {
+	var alone lateInterest
+	one := startKeptCalls(t, nil, nil, alone.wrap)
+	if m := one.send(t, api.SubjectClaim, `{"queues":["q"],"max":1}`); m.Op != actors.OpClaim {
+		t.Fatalf("got %v, want the claim", m.Op)
+	}
+	select {
+	case <-alone.asked:
+		t.Fatal("a node without routes asked whether a claim's caller listens before passing it on")
+	default:
+	}
+
 	var late lateInterest
-	k := startKeptCalls(t, nil, late.wrap)
+	k := startKeptCalls(t, nil, newView(newPlacement("n1"), "n1"), late.wrap)
 	const claim = `{"queues":["q"],"max":1,"wait_ms":60000}`
 
 	k.publish(t, api.SubjectClaim, claim)
@@ -214,7 +227,7 @@ func TestAClaimsWaitForItsCallersInterestIsBounded(t *testing.T) {
 	var late lateInterest
 	var now atomic.Int64 // the service's clock, moved by hand
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	k := startKeptCalls(t, nil, late.wrap, func(s *Service) {
+	k := startKeptCalls(t, nil, newView(newPlacement("n1"), "n1"), late.wrap, func(s *Service) {
 		s.now = func() time.Time { return time.Unix(0, now.Load()) }
 		s.holdMax = 1
 	})

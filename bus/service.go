@@ -248,10 +248,11 @@ const (
 // such a claim for one whose caller left, and give its jobs back). So the claim is held, off the
 // handler's goroutine, until that interest shows or hearGrace passes
 // (then it goes on, and the actor decides as for a caller that left), and
-// h takes it up again. Without an embedded server, or with maxHeldClaims
-// held already, it goes on at once.
+// h takes it up again. On one node (no router: no routes), a client's
+// interest always comes before its call, so nothing is asked; without an
+// embedded server, or with maxHeldClaims held already, it goes on at once.
 func (s *Service) heard(in inbound, h func(inbound)) bool {
-	if in.heard || in.reply == "" || s.interest == nil || s.interest(in.reply) {
+	if in.heard || in.reply == "" || s.router == nil || s.interest == nil || s.interest(in.reply) {
 		return true
 	}
 	if s.held.Add(1) > s.holdMax {
