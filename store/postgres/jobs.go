@@ -51,10 +51,10 @@ func scanJob(row pgx.Row) (store.Job, error) {
 
 // Key-less jobs go in with one INSERT … SELECT FROM unnest(arrays) per run
 // of them: a prepared statement of one of a few shapes whatever the batch
-// size, rows inserted (and numbered) in the arrays' order. When a run holds a client-chosen
-// id, a repeated one is skipped by ON CONFLICT DO NOTHING, and RETURNING
-// id tells which were. A run of ids FlexiQ generated (never repeated) has
-// no conflict clause: an INSERT … ON CONFLICT checks each arbiter index
+// size, rows inserted (and numbered) in the arrays' order. When a run
+// holds a client-chosen id, a repeated one is skipped by ON CONFLICT DO
+// NOTHING, and RETURNING id tells which were. A run of ids FlexiQ
+// generated (never repeated) has no conflict clause: an INSERT … ON CONFLICT checks each arbiter index
 // before it writes a row and confirms the row after (a speculative
 // insertion), which cost a fifth of a batch's rate (docs/performance.md,
 // "PostgreSQL: generated ids without a conflict clause"). Were a
