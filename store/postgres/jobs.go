@@ -54,12 +54,12 @@ func scanJob(row pgx.Row) (store.Job, error) {
 // size, rows inserted (and numbered) in the arrays' order. When a run
 // holds a client-chosen id, a repeated one is skipped by ON CONFLICT DO
 // NOTHING, and RETURNING id tells which were. A run of ids FlexiQ
-// generated (never repeated) has no conflict clause: an INSERT … ON CONFLICT checks each arbiter index
-// before it writes a row and confirms the row after (a speculative
-// insertion), which cost a fifth of a batch's rate (docs/performance.md,
-// "PostgreSQL: generated ids without a conflict clause"). Were a
-// generated id ever repeated, the write fails whole instead of answering
-// "enqueued" for a job it did not write.
+// generated (never repeated) has no conflict clause: an INSERT … ON
+// CONFLICT checks each arbiter index before it writes a row and confirms
+// the row after (a speculative insertion), which cost a fifth of a
+// batch's rate (docs/performance.md, "PostgreSQL: generated ids without a
+// conflict clause"). Were a generated id ever repeated, the write fails
+// whole instead of answering "enqueued" for a job it did not write.
 //
 // What a run's rows share (queue, task, priority, run_at, max_attempts,
 // and so the status) goes once, as scalars, when every row shares it, and
