@@ -274,7 +274,7 @@ func (s *Service) heard(in inbound, h func(inbound)) bool {
 		s.parked.Add(-1)
 		s.inflight.Add(-1)
 	}
-	s.log.Debug("claim held until its caller's interest reaches this node", "reply", in.reply)
+	s.log.Debug("claim held until its caller's interest reaches this node")
 	time.AfterFunc(s.hearEvery, try)
 	return false
 }

@@ -257,9 +257,10 @@ func (e *enqueuer) flushRows() {
 		j := r.job
 		ids[i], payloads[i] = j.ID, j.Payload
 		returning = returning || !j.Generated
+		// The status follows from run_at as stored (PendingStatus): rows
+		// that share it share their status too.
 		shared = shared && j.Queue == j0.Queue && j.Task == j0.Task && j.Priority == j0.Priority &&
-			sqlrow.RunAtMicros(j.RunAt) == sqlrow.RunAtMicros(j0.RunAt) && j.MaxAttempts == j0.MaxAttempts &&
-			sqlrow.PendingStatus(j.RunAt, e.now) == status0
+			sqlrow.RunAtMicros(j.RunAt) == sqlrow.RunAtMicros(j0.RunAt) && j.MaxAttempts == j0.MaxAttempts
 	}
 	args := []any{e.ns, ids, j0.Queue, j0.Task, payloads, j0.Priority, sqlrow.RunAtMicros(j0.RunAt), j0.MaxAttempts, int16(status0)}
 	if !shared {
