@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -44,7 +45,7 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 	// last is the job of the last full item: a job after it that shares
 	// its settings goes as a short item (scriptEnqueue).
 	var last *store.NewJob
-	var lastKind, lastExtra string
+	var lastShed string // last's call's shed error: its kind, and the S items' extra
 	for _, c := range p.Calls {
 		if len(c.ReplayIDs) > 0 {
 			kind, extra := "R", flag(c.AutoRetry)
@@ -71,7 +72,7 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 			if hasPayload {
 				payload = j.Payload
 			}
-			if last != nil && lastKind == kind && lastExtra == c.ShedError && sharesSettings(last, j) {
+			if last != nil && lastShed == c.ShedError && sharesSettings(last, j) {
 				args = append(args, short, j.ID, flag(hasPayload), payload)
 				continue
 			}
@@ -79,7 +80,7 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 			args = append(args, kind, j.ID, j.Queue, j.Task, flag(hasPayload), payload,
 				strconv.FormatInt(j.Priority, 10), runAt, strconv.FormatInt(j.MaxAttempts, 10),
 				j.UniqueKey, j.DebounceKey, flag(due(j.RunAt, p.Now)), runAt, orderPrefix(j.Priority, j.RunAt), c.ShedError)
-			last, lastKind, lastExtra = j, kind, c.ShedError
+			last, lastShed = j, c.ShedError
 		}
 	}
 	if err := s.fault(op, 1); err != nil {
@@ -132,6 +133,24 @@ const (
 	// meeting concurrent claimers.
 	maxClaimAttempts = 100
 )
+
+// conflictPause waits before the next plan of a claim group whose attempt
+// (0-based) met a concurrent claimer: not at all for the first three,
+// then a random while of up to 100 µs per attempt, at most 5 ms.
+func conflictPause(ctx context.Context, attempt int) error {
+	if attempt < 3 {
+		return nil
+	}
+	d := time.Duration(rand.N(min(attempt, 50))+1) * 100 * time.Microsecond
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // cursor walks one queue's available jobs in dispatch order, a page at a
 // time.
@@ -234,7 +253,15 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 			return nil, wrap(op, fmt.Errorf("bad reply: %v", err))
 		}
 		if head, _ := toString(a[0]); head == "conflict" {
-			continue // plan again: a job was taken or moved meanwhile
+			// Plan again: a job was taken or moved meanwhile. After a few
+			// conflicts in a row, wait a random while first, so that two
+			// nodes claiming at once (while a namespace moves) do not keep
+			// taking turns at planning and losing: on a loaded machine one
+			// of them could otherwise lose every round.
+			if err := conflictPause(ctx, attempt); err != nil {
+				return nil, wrap(op, err)
+			}
+			continue
 		}
 		if len(a) != 1+plan.n {
 			return nil, wrap(op, fmt.Errorf("claimed %d jobs of %d", len(a)-1, plan.n))
