@@ -2,7 +2,6 @@ package actors
 
 import (
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -250,7 +249,7 @@ func (c *Core) NewEnqueueCall(m *Message, jobs []api.Job, now time.Time) (*Enque
 	call := &EnqueueCall{Msg: m, Jobs: make([]store.NewJob, len(jobs))}
 	for i := range jobs {
 		j := &jobs[i]
-		runAt, err := j.ResolveRunAt(fmt.Sprintf("jobs[%d]", i), now)
+		runAt, err := j.ResolveRunAt(i, now)
 		if err != nil {
 			return nil, api.FromError(err)
 		}

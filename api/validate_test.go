@@ -107,7 +107,7 @@ func TestResolveRunAtBoundsAndPrecedence(t *testing.T) {
 		{name: "an overridden window is still checked", job: Job{DelayMS: 7, Debounce: &Debounce{Key: "k", WindowMS: maxMS + 1}}, wantErr: fmt.Sprintf("jobs[3].debounce.window_ms: must put run_at between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z, got %d", maxMS+1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := tc.job.ResolveRunAt("jobs[3]", now)
+			got, err := tc.job.ResolveRunAt(3, now)
 			if tc.wantErr != "" {
 				e, ok := AsError(err)
 				if !ok || e.Code != CodeInvalidArgument || e.Message != tc.wantErr {
