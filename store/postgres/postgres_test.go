@@ -285,6 +285,66 @@ func TestMigrationMovesRunAtToMicroseconds(t *testing.T) {
 	}
 }
 
+// Migration 5 makes a job's names and keys compare as bytes (COLLATE "C")
+// in a database written before it, whatever the database's default
+// collation, and keeps its jobs found by them.
+func TestMigrationComparesJobNamesAsBytes(t *testing.T) {
+	url := testserver.Postgres(t)
+	s := open(t, url, postgres.Options{})
+	s.Close()
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	names := []string{"namespace", "id", "queue", "task", "unique_key", "debounce_key"}
+	// Roll the database back to before migration 5: the columns in the
+	// database's default collation, a job with a unique key in them.
+	for _, c := range names {
+		if _, err := conn.Exec(t.Context(), `ALTER TABLE jobs ALTER COLUMN `+c+` TYPE text COLLATE "default"`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Exec(t.Context(), `INSERT INTO jobs (namespace, id, queue, task, run_at, status, created_at, unique_key)
+		VALUES ('ns', 'Ab-1', 'q', 't', 0, 0, 0, 'k')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), `DELETE FROM flexiq_migrations WHERE version = 5`); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, url, postgres.Options{})
+	rows, err := conn.Query(t.Context(), `SELECT a.attname, c.collname FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
+		WHERE a.attrelid = 'jobs'::regclass AND a.attname = ANY ($1)`, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var col, coll string
+		if err := rows.Scan(&col, &coll); err != nil {
+			t.Fatal(err)
+		}
+		got[col] = coll
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range names {
+		if got[c] != "C" {
+			t.Errorf("jobs.%s collates %q, want C", c, got[c])
+		}
+	}
+	if j, err := s.JobGet(t.Context(), "ns", "Ab-1"); err != nil || j.UniqueKey != "k" {
+		t.Errorf("the job written before: %+v, %v", j, err)
+	}
+	res, err := s.JobEnqueueMany(t.Context(), store.JobEnqueueManyParams{Namespace: "ns", Now: time.Now(), Calls: []store.EnqueueCall{{
+		Jobs: []store.NewJob{{ID: "other", Queue: "q", Task: "t", UniqueKey: "k", RunAt: time.Now()}},
+	}}})
+	if err != nil || res[0][0].Outcome != api.OutcomeDeduplicated || res[0][0].ID != "Ab-1" {
+		t.Errorf("a job with the same unique key: %+v, %v; want deduplicated to Ab-1", res, err)
+	}
+}
+
 // A dead member's row is dropped by another node's heartbeat (the sweep
 // runs only when a heartbeat sees such a row), and no other row is.
 func TestHeartbeatSweepsDeadMembers(t *testing.T) {
