@@ -642,6 +642,27 @@ func exerciseShed(t *testing.T, newStore Factory) {
 		wantCounts(t, s, nsA, store.Counts{Pending: 1, Dead: 1})
 	})
 
+	t.Run("IDRepeatedInOneGroupWritesOnce", func(t *testing.T) {
+		// An id new to the store, shed and then repeated within one group
+		// (shed again, then admitted): the first writes the dead letter,
+		// the others find it and write nothing.
+		s := newStore(t, nil)
+		first := with(newJob("x"), func(j *store.NewJob) { j.Payload = []byte(`{"first":1}`) })
+		again := with(newJob("x"), func(j *store.NewJob) { j.Payload = []byte(`{"again":1}`); j.Queue = "q2" })
+		res := enqueue(t, s, nsA, base,
+			store.EnqueueCall{ShedError: shedError, Jobs: []store.NewJob{first}},
+			store.EnqueueCall{ShedError: shedError, Jobs: []store.NewJob{again}},
+			store.EnqueueCall{Jobs: []store.NewJob{again}},
+		)
+		wantResult(t, "shed job", res[0][0], "x", api.OutcomeShed)
+		wantResult(t, "shed job repeating its id", res[1][0], "x", api.OutcomeShed)
+		wantResult(t, "admitted job repeating its id", res[2][0], "x", api.OutcomeDeduplicated)
+		got := getJob(t, s, nsA, "x")
+		wantJob(t, "the job", got, shedWant(nsA, first, base, got.Seq))
+		wantCounts(t, s, nsA, store.Counts{Dead: 1})
+		wantIDs(t, "JobList", listAll(t, s, nsA), "x")
+	})
+
 	t.Run("MixedWithAdmittedCalls", func(t *testing.T) {
 		s := newStore(t, nil)
 		res := enqueue(t, s, nsA, base,
