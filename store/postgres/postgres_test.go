@@ -248,17 +248,24 @@ func TestCancelledWrite(t *testing.T) {
 // Migration 2 turns the run_at of jobs written before it from Unix
 // nanoseconds into microseconds, flooring as UnixMicro does, and leaves
 // the other times alone.
-func TestMigrationMovesRunAtToMicroseconds(t *testing.T) {
+// migratedConn migrates a fresh database and returns its URL and a
+// connection to it, for a test to roll a migration back through.
+func migratedConn(t *testing.T) (string, *pgx.Conn) {
+	t.Helper()
 	url := testserver.Postgres(t)
-	s := open(t, url, postgres.Options{})
-	s.Close()
-	// Roll the database back to before migration 2, with two jobs as a
-	// node of that version wrote them.
+	open(t, url, postgres.Options{}).Close()
 	conn, err := pgx.Connect(t.Context(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return url, conn
+}
+
+func TestMigrationMovesRunAtToMicroseconds(t *testing.T) {
+	// Roll the database back to before migration 2, with two jobs as a
+	// node of that version wrote them.
+	url, conn := migratedConn(t)
 	created := time.Date(2026, 1, 1, 0, 0, 0, 123456789, time.UTC)
 	runAts := map[string]time.Time{
 		"later":  time.Date(2026, 1, 2, 3, 4, 5, 678901234, time.UTC),
@@ -273,7 +280,7 @@ func TestMigrationMovesRunAtToMicroseconds(t *testing.T) {
 	if _, err := conn.Exec(t.Context(), `DELETE FROM flexiq_migrations WHERE version = 2`); err != nil {
 		t.Fatal(err)
 	}
-	s = open(t, url, postgres.Options{})
+	s := open(t, url, postgres.Options{})
 	for id, at := range runAts {
 		j, err := s.JobGet(t.Context(), "ns", id)
 		if err != nil {
@@ -289,14 +296,7 @@ func TestMigrationMovesRunAtToMicroseconds(t *testing.T) {
 // in a database written before it, whatever the database's default
 // collation, and keeps its jobs found by them.
 func TestMigrationComparesJobNamesAsBytes(t *testing.T) {
-	url := testserver.Postgres(t)
-	s := open(t, url, postgres.Options{})
-	s.Close()
-	conn, err := pgx.Connect(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	url, conn := migratedConn(t)
 	names := []string{"namespace", "id", "queue", "task", "unique_key", "debounce_key"}
 	// Roll the database back to before migration 5: the columns in the
 	// database's default collation, a job with a unique key in them.
@@ -312,7 +312,7 @@ func TestMigrationComparesJobNamesAsBytes(t *testing.T) {
 	if _, err := conn.Exec(t.Context(), `DELETE FROM flexiq_migrations WHERE version = 5`); err != nil {
 		t.Fatal(err)
 	}
-	s = open(t, url, postgres.Options{})
+	s := open(t, url, postgres.Options{})
 	rows, err := conn.Query(t.Context(), `SELECT a.attname, c.collname FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
 		WHERE a.attrelid = 'jobs'::regclass AND a.attname = ANY ($1)`, names)
 	if err != nil {
