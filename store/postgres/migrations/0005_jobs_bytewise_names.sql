@@ -13,7 +13,10 @@
 -- The table is not rewritten (the type stays text); the indexes on these
 -- columns are rebuilt, once, inside the migration's transaction, under
 -- an exclusive lock on jobs: on a large table the other nodes' job writes
--- wait for it.
+-- wait for it. A node of the older version still running then has each
+-- statement it prepared that returns these columns refused once ("cached
+-- plan must not change result type"; pgx prepares it again at its next
+-- use): README, "Upgrading a PostgreSQL store to byte-compared names".
 ALTER TABLE jobs
 	ALTER COLUMN namespace TYPE text COLLATE "C",
 	ALTER COLUMN id TYPE text COLLATE "C",
