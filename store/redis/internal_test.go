@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -817,4 +818,24 @@ func TestHashesAnOlderNodeReads(t *testing.T) {
 		}
 	}
 	checkInvariants(t, s)
+}
+
+// A claim group's first three conflicts re-plan at once; from the fourth
+// it pauses first, and a pause ends with the call's context.
+func TestConflictPause(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for attempt := range 3 {
+		if err := conflictPause(cancelled, attempt); err != nil {
+			t.Errorf("attempt %d: %v, want no pause", attempt, err)
+		}
+	}
+	for _, attempt := range []int{3, 50, 1000} {
+		if err := conflictPause(cancelled, attempt); !errors.Is(err, context.Canceled) {
+			t.Errorf("attempt %d with its context ended: %v, want context.Canceled", attempt, err)
+		}
+	}
+	if err := conflictPause(context.Background(), 1000); err != nil {
+		t.Errorf("attempt 1000: %v, want a pause that ends", err)
+	}
 }
