@@ -109,13 +109,15 @@ func Connect(url, token string, opts ...nats.Option) (*Client, error) {
 }
 
 // ConnectOptions are the nats.go options of a connection made with token:
-// its name, the token, and the token's private inbox prefix. Use them to
-// dial a connection for New yourself.
+// its name, the token, the token's private inbox prefix, and coalesced
+// writes (CoalesceWrites). Use them to dial a connection for New
+// yourself.
 func ConnectOptions(token string) []nats.Option {
 	return []nats.Option{
 		nats.Name("flexiq-client"),
 		nats.Token(token),
 		nats.CustomInboxPrefix(api.InboxPrefix(token)),
+		CoalesceWrites(),
 	}
 }
 
