@@ -27,9 +27,10 @@ import (
 // copied to a buffer and a goroutine of its own writes the buffer out.
 // That goroutine yields once before it takes the buffer, so goroutines
 // woken together get to add their requests first: then 0.13 write
-// calls a request (7.7 requests a write), and single-job enqueues 6–22 %
-// faster on every store (docs/performance.md, "The client's writes").
-// When nothing else is runnable, the yield returns at once.
+// calls a request (7.7 requests a write), and single-job enqueues and
+// the bare protocol faster on every store (docs/performance.md, "The Go
+// SDK: a connection's writes coalesced"). When nothing else is runnable,
+// the yield returns at once.
 //
 // What a write guarantees is unchanged: a write returning nil never
 // meant the server had the bytes (nats.go buffers them itself), and
