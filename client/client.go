@@ -50,8 +50,8 @@ type Client struct {
 	status  chan nats.Status
 	watched chan struct{}
 
-	// claims carries the replies of claims (claims.go).
-	claims claimReplies
+	// replies carries the replies of every call (replies.go).
+	replies replies
 }
 
 // ErrConnectionLost is the cause of a request that was in flight when the
@@ -63,7 +63,7 @@ var ErrConnectionLost = errors.New("connection to NATS lost before the reply")
 // status until nc closes (Close closes it).
 func New(nc *nats.Conn, token string) *Client {
 	c := &Client{nc: nc, token: token, Timeout: 10 * time.Second, watched: make(chan struct{})}
-	c.claims.c = c
+	c.replies.c = c
 	c.lost, c.drop = context.WithCancelCause(context.Background())
 	c.status = nc.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
 	go c.watch()
@@ -137,34 +137,26 @@ var ErrUnreachable = errors.New("flexiq: no node answered")
 
 // call sends req on subject and decodes the reply into resp.
 func (c *Client) call(ctx context.Context, subject string, req, resp any) error {
-	return c.callWith(ctx, subject, req, resp, c.nc.RequestMsgWithContext)
+	return c.callWith(ctx, subject, req, resp, 0, 0)
 }
 
-// sendFunc sends a request and waits for its reply.
-type sendFunc func(ctx context.Context, msg *nats.Msg) (*nats.Msg, error)
-
-// callWith is call with the request sent by send.
-func (c *Client) callWith(ctx context.Context, subject string, req, resp any, send sendFunc) error {
+// callWith is call for a call the node may hold for hold (a claim's
+// wait_ms: its timeout is that much longer), whose reply is still taken
+// for linger after its caller left (a claim's; 0 for any other call).
+func (c *Client) callWith(ctx context.Context, subject string, req, resp any, hold, linger time.Duration) error {
 	data, err := api.MarshalFast(req)
 	if err != nil {
 		return fmt.Errorf("encode request: %w", err)
 	}
+	w := wait{ctx: ctx, linger: linger}
 	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
-		defer cancel()
+		w.timeout = c.Timeout + hold
 	}
 	c.mu.Lock()
-	lost := c.lost
+	w.lost = c.lost.Done()
 	c.mu.Unlock()
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	defer context.AfterFunc(lost, func() { cancel(context.Cause(lost)) })()
-	reply, err := c.request(ctx, subject, data, send)
+	reply, err := c.request(w, subject, data)
 	if err != nil {
-		if cause := context.Cause(ctx); errors.Is(cause, ErrConnectionLost) {
-			err = cause
-		}
 		return fmt.Errorf("%w: %s: %w", ErrUnreachable, subject, err)
 	}
 	if e := replyError(reply); e != nil {
@@ -182,11 +174,11 @@ func (c *Client) callWith(ctx context.Context, subject string, req, resp any, se
 // request sends one call: to the owner's subject when a reply has named
 // it, else (or when nobody listens there any more: the node is gone) to
 // the plain subject any node takes.
-func (c *Client) request(ctx context.Context, subject string, data []byte, send sendFunc) (*nats.Msg, error) {
+func (c *Client) request(w wait, subject string, data []byte) (*nats.Msg, error) {
 	auth := []string{"Bearer " + c.token}
 	if o := c.owner.Load(); o != nil {
 		msg := &nats.Msg{Subject: api.SubjectOwner(*o, subject), Data: data, Header: nats.Header{api.HeaderAuthorization: auth}}
-		reply, err := send(ctx, msg)
+		reply, err := c.replies.request(w, msg)
 		if !errors.Is(err, nats.ErrNoResponders) {
 			c.noteOwner(reply)
 			return reply, err
@@ -195,7 +187,7 @@ func (c *Client) request(ctx context.Context, subject string, data []byte, send 
 		c.owner.CompareAndSwap(o, nil)
 	}
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{api.HeaderAuthorization: auth}}
-	reply, err := send(ctx, msg)
+	reply, err := c.replies.request(w, msg)
 	c.noteOwner(reply)
 	return reply, err
 }
@@ -278,20 +270,13 @@ func (c *Client) Replay(ctx context.Context, ids ...string) ([]api.EnqueueResult
 // back that way are released (Release: pending again, the attempt not
 // spent).
 func (c *Client) Claim(ctx context.Context, req api.ClaimRequest) ([]api.Job, error) {
-	linger := c.Timeout + time.Duration(req.WaitMS)*time.Millisecond
-	if req.WaitMS > 0 {
-		if _, ok := ctx.Deadline(); !ok {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, linger)
-			defer cancel()
-		}
-	}
+	hold := time.Duration(req.WaitMS) * time.Millisecond
+	linger := c.Timeout + hold
 	if d, ok := ctx.Deadline(); ok && time.Until(d) > linger {
 		linger = time.Until(d)
 	}
 	var reply api.ClaimReply
-	send := func(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) { return c.claims.request(ctx, msg, linger) }
-	if err := c.callWith(ctx, api.SubjectClaim, req, &reply, send); err != nil {
+	if err := c.callWith(ctx, api.SubjectClaim, req, &reply, hold, linger); err != nil {
 		return nil, err
 	}
 	return reply.Jobs, nil

@@ -17,7 +17,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func startNATS(t *testing.T) *server.Server {
+func startNATS(t testing.TB) *server.Server {
 	t.Helper()
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
 	if err != nil {
@@ -216,5 +216,39 @@ func TestAClaimAnsweredIsTheCallers(t *testing.T) {
 	jobs, err := c.Claim(ctx, api.ClaimRequest{Queues: []string{"q"}, Max: 1, WaitMS: 1000})
 	if err != nil || len(jobs) != 1 || jobs[0].ID != "j1" {
 		t.Fatalf("claim: %+v, %v; want j1", jobs, err)
+	}
+}
+
+// A call whose context has no deadline ends after Client.Timeout; one
+// whose context has a deadline ends at it, whatever Timeout says. Either
+// way the call leaves nothing behind waiting for its reply.
+func TestCallEndsAtItsTimeoutOrItsDeadline(t *testing.T) {
+	srv := startNATS(t)
+	answering(t, srv, map[string]nats.MsgHandler{api.SubjectEnqueue: func(*nats.Msg) {}}) // never answers
+	c, err := Connect(srv.ClientURL(), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	c.Timeout = 20 * time.Millisecond
+	_, err = c.Enqueue(context.Background(), api.Job{Queue: "q", Task: "t"})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("call past Timeout: %v, want ErrUnreachable and context.DeadlineExceeded", err)
+	}
+
+	c.Timeout = time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err = c.Enqueue(ctx, api.Job{Queue: "q", Task: "t"})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("call past its context's deadline: %v, want ErrUnreachable and context.DeadlineExceeded", err)
+	}
+
+	c.replies.mu.Lock()
+	left := len(c.replies.waiting)
+	c.replies.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d calls still waiting for replies after both ended", left)
 	}
 }
