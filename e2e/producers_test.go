@@ -280,11 +280,21 @@ func TestRetentionTTLAndCeilingsConvergeInBatches(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if len(claimed[0]) != n {
+				t.Fatalf("%s: claimed %d of %d jobs", ns, len(claimed[0]), n)
+			}
 			for i, j := range claimed[0] {
-				if _, err := st.JobUpdateMany(ctxb, store.JobUpdateManyParams{Namespace: ns, Now: base.Add(time.Duration(i) * time.Second),
-					Updates: []store.JobUpdate{{ID: j.ID, Attempt: j.Attempt, Kind: store.UpdateComplete}}}); err != nil {
+				applied, err := st.JobUpdateMany(ctxb, store.JobUpdateManyParams{Namespace: ns, Now: base.Add(time.Duration(i) * time.Second),
+					Updates: []store.JobUpdate{{ID: j.ID, Attempt: j.Attempt, Kind: store.UpdateComplete}}})
+				if err != nil {
 					t.Fatal(err)
 				}
+				if !applied[0] {
+					t.Fatalf("%s: completing claimed job %s (attempt %d) did not apply", ns, j.ID, j.Attempt)
+				}
+			}
+			if cnt, err := st.JobCount(ctxb, ns); err != nil || cnt.Completed != int64(n) {
+				t.Fatalf("%s: %d completed, want %d (%v)", ns, cnt.Completed, n, err)
 			}
 		}
 		complete("acme", 2500)
