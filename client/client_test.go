@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -250,5 +251,80 @@ func TestCallEndsAtItsTimeoutOrItsDeadline(t *testing.T) {
 	c.replies.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d calls still waiting for replies after both ended", left)
+	}
+}
+
+// A reply naming its namespace's owner sends the next call straight to the
+// owner's subject; when nobody listens there any more (the owner is gone:
+// the server answers "no responders" on the call's reply subject), the
+// call goes again on the plain subject, once, and is answered there.
+func TestCallFallsBackFromAGoneOwner(t *testing.T) {
+	srv := startNATS(t)
+	owner := api.OwnerToken("node-a")
+	var plain, direct atomic.Int64
+	reply := []byte(`{"results":[{"id":"j","outcome":"enqueued"}]}`)
+	answering(t, srv, map[string]nats.MsgHandler{
+		api.SubjectEnqueue: func(m *nats.Msg) {
+			plain.Add(1)
+			r := nats.NewMsg(m.Reply)
+			r.Header.Set(api.HeaderOwner, owner)
+			r.Data = reply
+			_ = m.RespondMsg(r)
+		},
+	})
+	c, err := Connect(srv.ClientURL(), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Enqueue(ctx, api.Job{Queue: "q", Task: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if o := c.owner.Load(); o == nil || *o != owner {
+		t.Fatalf("owner after the first reply: %v, want %s", o, owner)
+	}
+
+	// The owner listens on its subject: the next call goes there.
+	node, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := node.Subscribe(api.SubjectOwner(owner, api.SubjectEnqueue), func(m *nats.Msg) {
+		direct.Add(1)
+		_ = m.Respond(reply)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Enqueue(ctx, api.Job{Queue: "q", Task: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if direct.Load() != 1 || plain.Load() != 1 {
+		t.Fatalf("calls: %d to the owner, %d plain; want 1 and 1", direct.Load(), plain.Load())
+	}
+
+	// The owner is gone: the call falls back to the plain subject.
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	node.Close()
+	if _, err := c.Enqueue(ctx, api.Job{Queue: "q", Task: "t"}); err != nil {
+		t.Fatalf("call after the owner left: %v", err)
+	}
+	if direct.Load() != 1 || plain.Load() != 2 {
+		t.Fatalf("calls: %d to the owner, %d plain; want 1 and 2", direct.Load(), plain.Load())
+	}
+	c.replies.mu.Lock()
+	left := len(c.replies.waiting)
+	c.replies.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d calls still waiting for replies", left)
 	}
 }
