@@ -23,13 +23,9 @@ import (
 	"github.com/flexiq/flexiq/internal/testcert"
 )
 
-// fqNode builds the node binary once per test binary.
+// fqNode builds the node binary once per test binary, into binDir.
 var fqNode = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "fq-node-bin-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "fq-node")
+	bin := filepath.Join(binDir, "fq-node")
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/flexiq/flexiq/cmd/node").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)

@@ -70,13 +70,10 @@ func externalNATS(t *testing.T) *extNATS {
 	return &extNATS{Server: srv, secret: externalSecret}
 }
 
-// natsServerBin builds the nats-server of go.mod once per test binary.
+// natsServerBin builds the nats-server of go.mod once per test binary,
+// into binDir.
 var natsServerBin = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "nats-server-bin-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "nats-server")
+	bin := filepath.Join(binDir, "nats-server")
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build nats-server: %v\n%s", err, out)

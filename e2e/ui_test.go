@@ -188,6 +188,10 @@ func browser(t *testing.T) context.Context {
 		chromedp.NoSandbox, // CI runs as root, where Chromium's sandbox refuses to start
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.WindowSize(1200, 820),
+		// Chromium's shared-memory files go to TMPDIR (with
+		// disable-dev-shm-usage) and leave a directory each run: keep
+		// them in the test's own, removed after the browser stops.
+		chromedp.Env("TMPDIR="+t.TempDir()),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
