@@ -839,3 +839,31 @@ func TestConflictPause(t *testing.T) {
 		t.Errorf("attempt 1000: %v, want a pause that ends", err)
 	}
 }
+
+// The enqueue script's reply is a letter an item and the holders' ids;
+// a reply that does not add up is an error, not a guess.
+func TestEnqueueReplyLetters(t *testing.T) {
+	held := []any{"h1", "h2"}
+	want := []api.EnqueueResult{
+		{ID: "a", Outcome: api.OutcomeEnqueued}, {ID: "h1", Outcome: api.OutcomeDeduplicated},
+		{ID: "c", Outcome: api.OutcomeDeduplicated}, {ID: "h2", Outcome: api.OutcomeCoalesced},
+		{ID: "e", Outcome: api.OutcomeShed}, {ID: "f", Outcome: ""},
+	}
+	for i, code := range []byte("eDdCs-") {
+		own := string(rune('a' + i)) // the item's own id
+		got, rest, err := enqueueResult(code, own, held)
+		if err != nil || got != want[i] {
+			t.Fatalf("letter %q of item %q: %+v, %v; want %+v", code, own, got, err, want[i])
+		}
+		held = rest
+	}
+	if len(held) != 0 {
+		t.Fatalf("holders left: %v", held)
+	}
+	if _, _, err := enqueueResult('x', "a", nil); err == nil || !strings.Contains(err.Error(), "unknown outcome") {
+		t.Fatalf("unknown letter: %v", err)
+	}
+	if _, _, err := enqueueResult('D', "a", nil); err == nil || !strings.Contains(err.Error(), "holder") {
+		t.Fatalf("holder missing: %v", err)
+	}
+}

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
@@ -94,22 +93,66 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 		return nil, wrap(op, err)
 	}
 	a, err := toSlice(v)
-	if err != nil || len(a) != 2*n {
-		return nil, wrap(op, fmt.Errorf("reply of %d items for %d jobs: %v", len(a)/2, n, err))
+	if err != nil || len(a) == 0 {
+		return nil, wrap(op, fmt.Errorf("reply of %d items for %d jobs: %v", len(a), n, err))
 	}
-	k := 0
-	for i := range out {
+	codes, err := toString(a[0])
+	if err != nil || len(codes) != n {
+		return nil, wrap(op, fmt.Errorf("reply of %d outcomes for %d jobs: %v", len(codes), n, err))
+	}
+	held, k := a[1:], 0
+	for i, c := range p.Calls {
 		for x := range out[i] {
-			outcome, err1 := toString(a[k])
-			id, err2 := toString(a[k+1])
-			if err := errors.Join(err1, err2); err != nil {
+			res, rest, err := enqueueResult(codes[k], itemID(c, x), held)
+			if err != nil {
 				return nil, wrap(op, err)
 			}
-			out[i][x] = api.EnqueueResult{ID: id, Outcome: api.Outcome(outcome)}
-			k += 2
+			out[i][x], held = res, rest
+			k++
 		}
 	}
+	if len(held) > 0 {
+		return nil, wrap(op, fmt.Errorf("reply of %d holders more than its outcomes name", len(held)))
+	}
 	return out, nil
+}
+
+// itemID is the id of call c's x-th item of scriptEnqueue: a replayed
+// id, or a new job's.
+func itemID(c store.EnqueueCall, x int) string {
+	if len(c.ReplayIDs) > 0 {
+		return c.ReplayIDs[x]
+	}
+	return c.Jobs[x].ID
+}
+
+// enqueueOutcomes are scriptEnqueue's outcome letters.
+var enqueueOutcomes = map[byte]api.Outcome{
+	'e': api.OutcomeEnqueued, 'd': api.OutcomeDeduplicated, 'c': api.OutcomeCoalesced, 's': api.OutcomeShed, '-': "",
+}
+
+// enqueueResult reads one item's outcome letter from scriptEnqueue's
+// reply: lower-case, the item's own id; upper-case, the next of held.
+func enqueueResult(code byte, id string, held []any) (api.EnqueueResult, []any, error) {
+	holder := code >= 'A' && code <= 'Z'
+	if holder {
+		code += 'a' - 'A'
+	}
+	outcome, ok := enqueueOutcomes[code]
+	if !ok {
+		return api.EnqueueResult{}, nil, fmt.Errorf("unknown outcome %q", code)
+	}
+	if !holder {
+		return api.EnqueueResult{ID: id, Outcome: outcome}, held, nil
+	}
+	if len(held) == 0 {
+		return api.EnqueueResult{}, nil, fmt.Errorf("outcome %q names a holder the reply lacks", code)
+	}
+	h, err := toString(held[0])
+	if err != nil {
+		return api.EnqueueResult{}, nil, err
+	}
+	return api.EnqueueResult{ID: h, Outcome: outcome}, held[1:], nil
 }
 
 // sharesSettings says new job j can go as a short item after full item

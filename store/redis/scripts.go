@@ -16,8 +16,27 @@ const luaLib = `
 local P = ARGV[1]
 local function enc(s) return #s .. ':' .. s end
 local function kJob(E, id) return P .. 'j:' .. E .. ':' .. id end
-local function kSt(E, st) return P .. 'st:' .. E .. ':' .. st end
-local function kAv(E, q) return P .. 'av:' .. E .. ':' .. enc(q) end
+-- kSt and kAv keep the keys they build for the rest of the script, by
+-- E and name: a group's jobs share their namespace, status and queues,
+-- and a table lookup costs less than building the string anew.
+local function memoKey(t, E, name, build)
+	local byE = t[E]
+	if not byE then
+		byE = {}
+		t[E] = byE
+	end
+	local k = byE[name]
+	if not k then
+		k = build(E, name)
+		byE[name] = k
+	end
+	return k
+end
+local function buildSt(E, st) return P .. 'st:' .. E .. ':' .. st end
+local function buildAv(E, q) return P .. 'av:' .. E .. ':' .. enc(q) end
+local stKeys, avKeys = {}, {}
+local function kSt(E, st) return memoKey(stKeys, E, st, buildSt) end
+local function kAv(E, q) return memoKey(avKeys, E, q, buildAv) end
 local function kSc(E, q) return P .. 'sc:' .. E .. ':' .. enc(q) end
 local function kScn(E) return P .. 'scn:' .. E end
 local function kRun(E) return P .. 'run:' .. E end
@@ -54,9 +73,15 @@ local function hex16(n) return string.format('%016x', tonumber(n)) end
 -- and one such value makes Redis keep the hash as a hash table, about
 -- twice the memory and slower to write. A hash written by (or for) an
 -- older node keeps the whole member instead (field am).
+local taskHex = {}
 local function amOf(id, ak, seq, task, am)
-	if ak then return ak .. hex16(seq) .. string.format('%04x', #task) .. task .. id end
-	return am
+	if not ak then return am end
+	local th = taskHex[task]
+	if not th then
+		th = string.format('%04x', #task)
+		taskHex[task] = th
+	end
+	return ak .. hex16(seq) .. th .. task .. id
 end
 
 -- orderField is what a job hash keeps of its place in dispatch order, the
@@ -258,13 +283,21 @@ const (
 // Lua string, once rather than once a job. A job hash written before
 // run_at_us has run_at (ns) instead; a script that sets run_at_us drops
 // it.
-// Returns outcome, id for each item.
+// Returns the items' outcomes as one string, a letter an item (e
+// enqueued, d deduplicated, c coalesced, s shed, - none: a replay of
+// what is no longer a dead letter), then the ids of the items answered
+// with another job's id (a unique or debounce key's holder), in item
+// order: such an item's letter is upper-case. One string rather than an
+// outcome and an id an item: a reply of a thousand jobs was two thousand
+// strings for Redis to make and the node to read, nearly all of them
+// "enqueued" and the id the node sent.
 var scriptEnqueue = newScript(`
 local fenced = checkFence()
 if fenced then return fenced end
 local E, ns, now, nowUs, nowRk, compact = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9] == '1'
 local SHED_META = '{"shed":"quota"}'
-local out = {}
+local out, held = {}, {}
+local CODE = {enqueued = 'e', deduplicated = 'd', coalesced = 'c', shed = 's', [''] = '-'}
 gather = true
 
 -- New jobs take their seq from one INCRBY for the group, in item order;
@@ -286,18 +319,22 @@ end
 local nextSeq = 0
 if nNew > 0 then nextSeq = redis.call('INCRBY', P .. 'seq', nNew) - nNew end
 
+-- F is every new job's hash fields, made once: insert sets what differs
+-- from job to job and returns how many of F's fields the job has; the
+-- callers append the rest, and write unpack(F, 1, n).
+local F = {'namespace', ns, 'id', '', 'queue', '', 'task', '', 'priority', '', 'run_at_us', '',
+	'max_attempts', '', 'attempt', '0', 'status', '', 'created_at', now, 'seq', '', '', ''}
 local function insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, status)
 	nextSeq = nextSeq + 1
 	local seq = int(nextSeq)
-	local am = amOf(id, pre, seq, task)
+	local am = amOf(id, pre, nextSeq, task)
 	local of, ov = orderField(compact, pre, am)
-	local f = {'namespace', ns, 'id', id, 'queue', q, 'task', task, 'priority', prio, 'run_at_us', runAt,
-		'max_attempts', maxAtt, 'attempt', '0', 'status', status, 'created_at', now, 'seq', seq, of, ov}
+	F[4], F[6], F[8], F[10], F[12], F[14], F[18], F[22], F[23], F[24] = id, q, task, prio, runAt, maxAtt, status, seq, of, ov
 	if hasPl == '1' then
-		f[#f + 1] = 'payload'
-		f[#f + 1] = pl
+		F[25], F[26] = 'payload', pl
+		return seq, am, 26
 	end
-	return seq, am, f
+	return seq, am, 24
 end
 
 -- The settings of the last full item, which short items share.
@@ -346,18 +383,16 @@ while b <= nArgs do
 					end)
 					outcome, rid = 'coalesced', holder
 				else
-					local seq, am, f = insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, 'pending')
+					local seq, am, n = insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, 'pending')
 					if uk ~= '' then
-						f[#f + 1] = 'unique_key'
-						f[#f + 1] = uk
+						F[n + 1], F[n + 2], n = 'unique_key', uk, n + 2
 						redis.call('HSET', kUk(E), uk, id)
 					end
 					if dk ~= '' then
-						f[#f + 1] = 'debounce_key'
-						f[#f + 1] = dk
+						F[n + 1], F[n + 2], n = 'debounce_key', dk, n + 2
 						redis.call('HSET', kDk(E), dk, id)
 					end
-					redis.call('HSET', jk, unpack(f))
+					redis.call('HSET', jk, unpack(F, 1, n))
 					zAdd(kSt(E, 'pending'), seq, id)
 					place(E, q, id, am, due, score)
 					outcome = 'enqueued'
@@ -368,11 +403,12 @@ while b <= nArgs do
 	elseif kind == 'S' then
 		outcome = 'shed'
 		if redis.call('EXISTS', jk) == 0 then
-			local seq, am, f = insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, 'dead')
+			local seq, am, n = insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, 'dead')
 			for _, v in ipairs({'error', extra, 'dead_meta', SHED_META, 'finished_at', now, 'shed', '1'}) do
-				f[#f + 1] = v
+				n = n + 1
+				F[n] = v
 			end
-			redis.call('HSET', jk, unpack(f))
+			redis.call('HSET', jk, unpack(F, 1, n))
 			zAdd(kSt(E, 'dead'), seq, id)
 			addFinished(E, id, seq, 'dead', q, nowUs, false)
 		end
@@ -413,11 +449,16 @@ while b <= nArgs do
 			end
 		end)
 	end
-	out[#out + 1] = outcome
-	out[#out + 1] = rid
+	local code = CODE[outcome]
+	if rid ~= id then
+		code = string.upper(code)
+		held[#held + 1] = rid
+	end
+	out[#out + 1] = code
 end
 zFlush()
-return out
+table.insert(held, 1, table.concat(out))
+return held
 `)
 
 // scriptPromote makes due scheduled jobs of the queues available, at most
