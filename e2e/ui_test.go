@@ -183,15 +183,23 @@ func browser(t *testing.T) context.Context {
 		}
 		t.Skip("chromium not found on PATH: the dashboard's browser tests are skipped (apt-get install chromium; CI=1 fails instead)")
 	}
+	// Chromium's shared-memory files go to TMPDIR (with
+	// disable-dev-shm-usage) and leave a directory each run: keep them in
+	// one of the test's own, removed after the browser stops (the cleanup
+	// registered first runs last). Short, not t.TempDir(): Chromium's
+	// singleton socket goes there too, and a Unix socket's path is at
+	// most 107 bytes.
+	tmp, err := os.MkdirTemp("", "fq-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
 		chromedp.NoSandbox, // CI runs as root, where Chromium's sandbox refuses to start
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.WindowSize(1200, 820),
-		// Chromium's shared-memory files go to TMPDIR (with
-		// disable-dev-shm-usage) and leave a directory each run: keep
-		// them in the test's own, removed after the browser stops.
-		chromedp.Env("TMPDIR="+t.TempDir()),
+		chromedp.Env("TMPDIR="+tmp),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
