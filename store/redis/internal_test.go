@@ -860,8 +860,10 @@ func TestEnqueueReplyLetters(t *testing.T) {
 	if len(held) != 0 {
 		t.Fatalf("holders left: %v", held)
 	}
-	if _, _, err := enqueueResult('x', "a", nil); err == nil || !strings.Contains(err.Error(), "unknown outcome") {
-		t.Fatalf("unknown letter: %v", err)
+	for _, code := range []byte("xX") {
+		if _, _, err := enqueueResult(code, "a", nil); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("unknown outcome %q", code)) {
+			t.Fatalf("unknown letter %q: %v", code, err)
+		}
 	}
 	if _, _, err := enqueueResult('D', "a", nil); err == nil || !strings.Contains(err.Error(), "holder") {
 		t.Fatalf("holder missing: %v", err)

@@ -134,11 +134,11 @@ var enqueueOutcomes = map[byte]api.Outcome{
 // enqueueResult reads one item's outcome letter from scriptEnqueue's
 // reply: lower-case, the item's own id; upper-case, the next of held.
 func enqueueResult(code byte, id string, held []any) (api.EnqueueResult, []any, error) {
-	holder := code >= 'A' && code <= 'Z'
+	holder, letter := code >= 'A' && code <= 'Z', code
 	if holder {
-		code += 'a' - 'A'
+		letter += 'a' - 'A'
 	}
-	outcome, ok := enqueueOutcomes[code]
+	outcome, ok := enqueueOutcomes[letter]
 	if !ok {
 		return api.EnqueueResult{}, nil, fmt.Errorf("unknown outcome %q", code)
 	}
