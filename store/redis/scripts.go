@@ -16,27 +16,28 @@ const luaLib = `
 local P = ARGV[1]
 local function enc(s) return #s .. ':' .. s end
 local function kJob(E, id) return P .. 'j:' .. E .. ':' .. id end
+-- memo is t[a][b], made by build(a, b) the first time it is asked for.
+local function memo(t, a, b, build)
+	local byA = t[a]
+	if not byA then
+		byA = {}
+		t[a] = byA
+	end
+	local v = byA[b]
+	if not v then
+		v = build(a, b)
+		byA[b] = v
+	end
+	return v
+end
 -- kSt and kAv keep the keys they build for the rest of the script, by
 -- E and name: a group's jobs share their namespace, status and queues,
 -- and a table lookup costs less than building the string anew.
-local function memoKey(t, E, name, build)
-	local byE = t[E]
-	if not byE then
-		byE = {}
-		t[E] = byE
-	end
-	local k = byE[name]
-	if not k then
-		k = build(E, name)
-		byE[name] = k
-	end
-	return k
-end
 local function buildSt(E, st) return P .. 'st:' .. E .. ':' .. st end
 local function buildAv(E, q) return P .. 'av:' .. E .. ':' .. enc(q) end
 local stKeys, avKeys = {}, {}
-local function kSt(E, st) return memoKey(stKeys, E, st, buildSt) end
-local function kAv(E, q) return memoKey(avKeys, E, q, buildAv) end
+local function kSt(E, st) return memo(stKeys, E, st, buildSt) end
+local function kAv(E, q) return memo(avKeys, E, q, buildAv) end
 local function kSc(E, q) return P .. 'sc:' .. E .. ':' .. enc(q) end
 local function kScn(E) return P .. 'scn:' .. E end
 local function kRun(E) return P .. 'run:' .. E end
@@ -119,22 +120,19 @@ local function zFlush()
 	end
 	zb, zo, seen = {}, {}, {}
 end
+-- newRun starts the gathered command cmd of key k, in the order its
+-- first member came.
+local function newRun(cmd, k)
+	local t = {cmd, k}
+	zo[#zo + 1] = t
+	return t
+end
 local function zPut(cmd, k, a, b)
 	if not gather then
 		if b then return redis.call(cmd, k, a, b) end
 		return redis.call(cmd, k, a)
 	end
-	local byKey = zb[cmd]
-	if not byKey then
-		byKey = {}
-		zb[cmd] = byKey
-	end
-	local t = byKey[k]
-	if not t then
-		t = {cmd, k}
-		byKey[k] = t
-		zo[#zo + 1] = t
-	end
+	local t = memo(zb, cmd, k, newRun)
 	t[#t + 1] = a
 	if b then t[#t + 1] = b end
 	if #t >= ZCHUNK then
