@@ -159,9 +159,10 @@ func (a *Actor) Pending() int { return a.mbox.len() }
 // answers it; and does what time asks: expired leases, long polls that
 // give up, parked claims worth another try. A panic inside answers the
 // messages it held with INTERNAL and leaves the core to be rebuilt from the
-// store: the actor restarts in place.
-func (a *Actor) Step(ctx context.Context, now time.Time) {
+// store: the actor restarts in place. It returns how many messages it took.
+func (a *Actor) Step(ctx context.Context, now time.Time) (took int) {
 	msgs := a.mbox.drain(maxDrain)
+	took = len(msgs)
 	var tx store.StepTx
 	if sp, ok := a.deps.Store.(stepper); ok {
 		tx = sp.BeginStep(ctx)
@@ -209,10 +210,11 @@ func (a *Actor) Step(ctx context.Context, now time.Time) {
 			a.log.Warn("step commit failed", "err", err)
 			a.core.Unload()
 			a.box.release(StoreError(err))
-			return
+			return took
 		}
 		a.box.release(nil)
 	}
+	return took
 }
 
 // overlapAcks says whether acks are written beside the steps: asked for,

@@ -195,16 +195,23 @@ type Observer interface {
 	Settled(ns string, s Settled)
 	// Paced counts quota refusals held past the burst (pace.go).
 	Paced(ns string)
+	// Stepped reports one step of ns's actor: the messages it took and
+	// how long it kept the actor busy (deciding, writing to the store,
+	// answering). Steps are what a namespace's calls queue for, so their
+	// busy time against the wall clock says how near the namespace is to
+	// its one-writer bound.
+	Stepped(ns string, messages int, busy time.Duration)
 }
 
 type nopObserver struct{}
 
-func (nopObserver) Outcomes(string, api.Outcome, int) {}
-func (nopObserver) Refused(string, api.Reason)        {}
-func (nopObserver) Gauges(string, int64, int64)       {}
-func (nopObserver) Claimed(string, []time.Duration)   {}
-func (nopObserver) Settled(string, Settled)           {}
-func (nopObserver) Paced(string)                      {}
+func (nopObserver) Outcomes(string, api.Outcome, int)  {}
+func (nopObserver) Refused(string, api.Reason)         {}
+func (nopObserver) Gauges(string, int64, int64)        {}
+func (nopObserver) Claimed(string, []time.Duration)    {}
+func (nopObserver) Settled(string, Settled)            {}
+func (nopObserver) Paced(string)                       {}
+func (nopObserver) Stepped(string, int, time.Duration) {}
 
 // Ask sends a message of op to ns's actor through send and waits for the
 // answer: its body, or the actor's refusal (an *api.Error), or ctx's

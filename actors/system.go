@@ -146,8 +146,7 @@ func (s *System) run(r *running) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		now := s.deps.Clock.Now()
-		a.Step(s.ctx, now)
+		now := s.step(a)
 		if a.Pending() > 0 {
 			continue
 		}
@@ -175,12 +174,21 @@ func (s *System) run(r *running) {
 				if a.Pending() == 0 {
 					<-a.AcksOut()
 				}
-				a.Step(s.ctx, s.deps.Clock.Now())
+				s.step(a)
 			}
 			a.stop()
 			return
 		}
 	}
+}
+
+// step takes one step of a and reports it (Observer.Stepped); it returns
+// the time the step began, which it gave the step as now.
+func (s *System) step(a *Actor) time.Time {
+	now := s.deps.Clock.Now()
+	took := a.Step(s.ctx, now)
+	s.deps.Observer.Stepped(a.ns, took, s.deps.Clock.Now().Sub(now))
+	return now
 }
 
 // Evict stops the actors of the namespaces match selects (their

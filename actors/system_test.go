@@ -398,3 +398,89 @@ func TestAClaimIsAskedWhetherItsCallerListensAsItsJobsGoOut(t *testing.T) {
 	}
 	next("a parked claim nobody listened for")
 }
+
+// stepClock is the wall clock put ahead by what slowSnapshots add: a step
+// that reads its namespace's snapshot takes at least that long by it.
+type stepClock struct{ ahead atomic.Int64 }
+
+func (c *stepClock) Now() time.Time { return time.Now().Add(time.Duration(c.ahead.Load())) }
+
+type slowSnapshots struct {
+	inner Snapshots
+	clock *stepClock
+	by    time.Duration
+}
+
+func (s *slowSnapshots) Get(ctx context.Context, ns string, now time.Time) cachebust.Snapshot {
+	s.clock.ahead.Add(int64(s.by))
+	return s.inner.Get(ctx, ns, now)
+}
+
+type stepReport struct {
+	ns       string
+	messages int
+	busy     time.Duration
+}
+
+// stepReports passes on what the actors report of their steps.
+type stepReports struct {
+	nopObserver
+	ch chan stepReport
+}
+
+func (o stepReports) Stepped(ns string, messages int, busy time.Duration) {
+	o.ch <- stepReport{ns, messages, busy}
+}
+
+// Every step of an actor is reported to the metrics with the messages it
+// took and how long it kept the actor busy (by the system's clock), so an
+// operator can tell a namespace whose calls wait for its one writer.
+func TestEachStepReportsItsMessagesAndBusyTime(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), ":memory:", sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := &stepClock{}
+	const slow = 5 * time.Millisecond
+	snaps := &slowSnapshots{inner: cachebust.New(st, time.Second, nil), clock: clock, by: slow}
+	obs := stepReports{ch: make(chan stepReport, 1000)}
+	sys := NewSystem(context.Background(), Deps{Store: st, Snapshots: snaps, Clock: clock, Observer: obs})
+	t.Cleanup(func() {
+		if err := sys.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+		st.Close()
+	})
+
+	const calls = 5
+	var answers []<-chan answer
+	for range calls {
+		answers = append(answers, send(sys, "acme", OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{Queue: "q", Task: "t"}}}))
+	}
+	for _, ch := range answers {
+		if a := wait(t, ch); a.err != nil {
+			t.Fatal(a.err)
+		}
+	}
+	// A step is reported once it has answered: wait for the reports of
+	// the steps that took the five calls.
+	took := 0
+	for took < calls {
+		select {
+		case r := <-obs.ch:
+			if r.ns != "acme" {
+				t.Fatalf("a step of %q reported, want acme", r.ns)
+			}
+			// Each step that took a call read the namespace's snapshot.
+			if r.messages > 0 && r.busy < slow {
+				t.Fatalf("a step of %d messages reported busy %v, want at least %v (it read the snapshot)", r.messages, r.busy, slow)
+			}
+			took += r.messages
+		case <-time.After(10 * time.Second):
+			t.Fatalf("steps reported %d messages in 10 s, want %d", took, calls)
+		}
+	}
+	if took != calls {
+		t.Fatalf("steps reported %d messages, want %d", took, calls)
+	}
+}

@@ -26,6 +26,10 @@ type Metrics struct {
 	paced    *prometheus.CounterVec
 	pending  *prometheus.GaugeVec
 	running  *prometheus.GaugeVec
+	// The namespaces' actors: steps, the messages they took, busy time.
+	steps    *prometheus.CounterVec
+	messages *prometheus.CounterVec
+	busy     *prometheus.CounterVec
 	// Propagation is what the broadcast listeners report (bus.Observer):
 	// quota propagation delays, the arrivals that could not be timed and
 	// the broadcasts dropped. (It keeps the name of the histogram it grew
@@ -87,6 +91,15 @@ func NewMetrics() *Metrics {
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "flexiq_running_jobs", Help: "Running jobs of namespaces active on this node.",
 		}, []string{"namespace"}),
+		steps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flexiq_actor_steps_total", Help: "Steps of namespaces' actors on this node: each decides the messages it took and writes them to the store as one write.",
+		}, []string{"namespace"}),
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flexiq_actor_messages_total", Help: "Messages (calls, and the node's own) that namespaces' actors took, over flexiq_actor_steps_total: how many share a step's write.",
+		}, []string{"namespace"}),
+		busy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flexiq_actor_busy_seconds_total", Help: "Time namespaces' actors spent in their steps. A rate near 1 means the namespace's calls wait for its one writer: batch them, or spread the load over namespaces.",
+		}, []string{"namespace"}),
 		Propagation: &BroadcastMetrics{
 			delay: prometheus.NewHistogram(prometheus.HistogramOpts{
 				Name:    "flexiq_quota_propagation_seconds",
@@ -118,6 +131,7 @@ func NewMetrics() *Metrics {
 		alarmSeries: map[[2]string]bool{},
 	}
 	m.Registry.MustRegister(m.outcomes, m.refusals, m.shed, m.claimed, m.wait, m.attempts, m.expired, m.paced, m.pending, m.running,
+		m.steps, m.messages, m.busy,
 		m.Propagation.delay, m.Propagation.skipped, m.Propagation.dropped,
 		m.PeriodicFires, m.RetentionDeleted, m.RetentionSkipped, m.quotaAlarm,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -146,6 +160,14 @@ func (m *Metrics) Gauges(ns string, pending, running int64) {
 	if m.history != nil {
 		m.history.observe(ns, pending, running, time.Now())
 	}
+}
+
+// Stepped counts a step of ns's actor, the messages it took and its busy
+// time.
+func (m *Metrics) Stepped(ns string, messages int, busy time.Duration) {
+	m.steps.WithLabelValues(ns).Inc()
+	m.messages.WithLabelValues(ns).Add(float64(messages))
+	m.busy.WithLabelValues(ns).Add(busy.Seconds())
 }
 
 // QuotaAlarms sets flexiq_quota_alarm to every alarm listed (the store's

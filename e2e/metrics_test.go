@@ -71,3 +71,29 @@ func TestMetricsCountHowAttemptsEndAndHowLongJobsWaited(t *testing.T) {
 		}
 	})
 }
+
+// docs/admin-api.md: /metrics reports each namespace's actor: its steps,
+// the messages they took, and the time they kept it busy.
+func TestMetricsReportEachNamespacesActorSteps(t *testing.T) {
+	eachBackend(t, func(t *testing.T) {
+		e := start(t)
+		tn := e.tenant("acme")
+		for range 3 {
+			enqueue(t, tn.p, job("q", "t"))
+		}
+		// A step is reported after it answered, before the actor's next
+		// step: once a fourth call is answered, the steps that took the
+		// first three have been counted.
+		enqueue(t, tn.p, job("q", "t"))
+		steps, ok := metric(t, e, `flexiq_actor_steps_total{namespace="acme"}`)
+		if !ok || steps < 1 {
+			t.Errorf("flexiq_actor_steps_total = %v (present %v), want at least 1", steps, ok)
+		}
+		if msgs, ok := metric(t, e, `flexiq_actor_messages_total{namespace="acme"}`); !ok || msgs < 3 || msgs > 4+steps {
+			t.Errorf("flexiq_actor_messages_total = %v (present %v), want the 3 or 4 calls answered (and no more than one other message a step)", msgs, ok)
+		}
+		if busy, ok := metric(t, e, `flexiq_actor_busy_seconds_total{namespace="acme"}`); !ok || busy <= 0 || busy > 60 {
+			t.Errorf("flexiq_actor_busy_seconds_total = %v (present %v), want the time of a few steps", busy, ok)
+		}
+	})
+}

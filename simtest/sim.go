@@ -933,12 +933,13 @@ func (h *traceHandler) WithGroup(string) slog.Handler { return h }
 // shows whether it exercised them.
 type simObserver struct{ s *Sim }
 
-func (simObserver) Outcomes(string, api.Outcome, int) {}
-func (simObserver) Refused(string, api.Reason)        {}
-func (simObserver) Gauges(string, int64, int64)       {}
-func (simObserver) Claimed(string, []time.Duration)   {}
-func (simObserver) Settled(string, actors.Settled)    {}
-func (o simObserver) Paced(string)                    { o.s.stat("refusal paced") }
+func (simObserver) Outcomes(string, api.Outcome, int)  {}
+func (simObserver) Refused(string, api.Reason)         {}
+func (simObserver) Gauges(string, int64, int64)        {}
+func (simObserver) Claimed(string, []time.Duration)    {}
+func (simObserver) Settled(string, actors.Settled)     {}
+func (o simObserver) Paced(string)                     { o.s.stat("refusal paced") }
+func (simObserver) Stepped(string, int, time.Duration) {}
 
 // ---------------------------------------------------------------------------
 // The admin door: quota and configuration writes, and their broadcasts
