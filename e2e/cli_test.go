@@ -585,6 +585,12 @@ func TestCLIBenchEnqueuePrintsJobsPerSecond(t *testing.T) {
 	if rate, _ := strconv.Atoi(m[2]); rate <= 0 {
 		t.Fatalf("jobs/s %s", m[2])
 	}
+	// With the root token, which may read /metrics, each phase's row is
+	// followed by how busy the namespace's actor was.
+	actor := regexp.MustCompile(`(?m)^enqueue\s.*\n  \(namespace default's actor: busy [0-9]+ % of the phase, [0-9.]+ messages a step\)$`)
+	if !actor.MatchString(r.stdout) {
+		t.Fatalf("bench output has no line on the actor after the enqueue row:\n%s", r.stdout)
+	}
 	// The jobs were enqueued, then drained: none left pending.
 	if u := e.usage(e.root); u.Usage.Pending != 0 || u.Usage.Archived != 2000 {
 		t.Fatalf("after bench: pending %d archived %d, want 0 and 2000", u.Usage.Pending, u.Usage.Archived)
@@ -612,6 +618,13 @@ func TestCLIBenchEnqueuePrintsJobsPerSecond(t *testing.T) {
 	if u := e.usage(e.root); u.Usage.Pending != 0 || u.Usage.Running != 0 || u.Usage.Archived != 3100 {
 		t.Fatalf("after bench work --sdk-worker: pending %d running %d archived %d, want 0, 0 and 3100",
 			u.Usage.Pending, u.Usage.Running, u.Usage.Archived)
+	}
+
+	// A namespace's admin may not read /metrics: the rows alone.
+	tn := e.tenant("acme")
+	r = e.fq(tn.admin, "bench", "enqueue", "--jobs", "200").want(t, 0)
+	if !regexp.MustCompile(`(?m)^enqueue\s+200\s`).MatchString(r.stdout) || strings.Contains(r.stdout, "actor") {
+		t.Fatalf("bench with an admin token of acme: want an enqueue row and no line on the actor:\n%s", r.stdout)
 	}
 }
 

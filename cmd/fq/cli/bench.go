@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,8 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/flexiq/flexiq/api"
 	"github.com/flexiq/flexiq/client"
+	"github.com/flexiq/flexiq/quota"
 )
 
 // Bench defaults.
@@ -130,19 +135,17 @@ func (a *app) bench(cmd *command, args []string) error {
 	fmt.Fprintf(a.stdout, "%-14s %9s %9s %10s %10s %10s %10s %9s\n", "phase", "jobs", "seconds", "jobs/s", "p50", "p99", "max", "requests")
 	var pending int64 // jobs the enqueue phases left pending
 	if mode == "enqueue" || mode == "all" {
-		st, err := a.enqueuePhase(c, cfg, "enqueue", 1)
+		st, err := a.phase(func() (phaseStats, error) { return a.enqueuePhase(c, cfg, "enqueue", 1) })
 		if err != nil {
 			return err
 		}
-		a.printPhase(st)
 		pending += st.jobs
 	}
 	if mode == "enqueue-batch" || mode == "all" {
-		st, err := a.enqueuePhase(c, cfg, "enqueue-batch", cfg.batch)
+		st, err := a.phase(func() (phaseStats, error) { return a.enqueuePhase(c, cfg, "enqueue-batch", cfg.batch) })
 		if err != nil {
 			return err
 		}
-		a.printPhase(st)
 		pending += st.jobs
 	}
 	switch {
@@ -160,11 +163,10 @@ func (a *app) bench(cmd *command, args []string) error {
 		if *sdkWorker {
 			work = func() (phaseStats, error) { return a.sdkWorkPhase(c, cfg, "work-sdk", pending, cfg.duration) }
 		}
-		st, err := work()
+		st, err := a.phase(work)
 		if err != nil {
 			return err
 		}
-		a.printPhase(st)
 		pending -= st.jobs
 	case !*noDrain && pending > 0:
 		start := time.Now()
@@ -179,6 +181,75 @@ func (a *app) bench(cmd *command, args []string) error {
 		fmt.Fprintf(a.stdout, "(%d jobs left pending in queue %s: fq work --queue %s drains them)\n", pending, cfg.queue, cfg.queue)
 	}
 	return nil
+}
+
+// phase runs one measured phase and prints its row, then, when the token
+// may read the node's metrics (the root token), how busy the namespace's
+// actor was meanwhile (actorLine).
+func (a *app) phase(run func() (phaseStats, error)) (phaseStats, error) {
+	before, readable := a.actorCounters()
+	st, err := run()
+	if err != nil {
+		return st, err
+	}
+	a.printPhase(st)
+	if readable {
+		if after, ok := a.actorCounters(); ok {
+			if line := actorLine(before, after, st.elapsed); line != "" {
+				fmt.Fprintln(a.stdout, line)
+			}
+		}
+	}
+	return st, nil
+}
+
+// actorCounters are the counters of the root token's namespace's actor
+// (default) on the node fq talks to: flexiq_actor_steps_total,
+// flexiq_actor_messages_total and flexiq_actor_busy_seconds_total.
+type actorCounters struct{ steps, messages, busy float64 }
+
+// actorCounters reads them from /metrics; ok is false when the token may
+// not (only the root token may: the metrics name every namespace) or the
+// page does not parse.
+func (a *app) actorCounters() (actorCounters, bool) {
+	page, err := a.admin("GET", "/metrics", nil, nil)
+	if err != nil {
+		return actorCounters{}, false
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(page))
+	if err != nil {
+		return actorCounters{}, false
+	}
+	value := func(name string) float64 {
+		for _, m := range fams[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "namespace" && l.GetValue() == quota.DefaultNamespace {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0 // no step of the namespace on this node yet
+	}
+	return actorCounters{
+		steps:    value("flexiq_actor_steps_total"),
+		messages: value("flexiq_actor_messages_total"),
+		busy:     value("flexiq_actor_busy_seconds_total"),
+	}, true
+}
+
+// actorLine says how busy the namespace's actor was over a phase of
+// elapsed and how many messages shared a step, from its counters before
+// and after; "" when it took no step on this node (in a cluster its owner
+// may be another node).
+func actorLine(before, after actorCounters, elapsed time.Duration) string {
+	steps := after.steps - before.steps
+	if steps <= 0 || elapsed <= 0 {
+		return ""
+	}
+	busy := (after.busy - before.busy) / elapsed.Seconds()
+	return fmt.Sprintf("  (namespace %s's actor: busy %.0f %% of the phase, %.1f messages a step)",
+		quota.DefaultNamespace, 100*busy, (after.messages-before.messages)/steps)
 }
 
 func (a *app) printPhase(st phaseStats) {

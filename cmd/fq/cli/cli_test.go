@@ -132,3 +132,18 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("fq version printed %q", out.String())
 	}
 }
+
+// The line on the namespace's actor after a bench phase: its busy share of
+// the phase and messages a step; none when its actor took no step on the
+// node fq reads (in a cluster, its owner may be another node).
+func TestActorLine(t *testing.T) {
+	before := actorCounters{steps: 10, messages: 40, busy: 1.5}
+	after := actorCounters{steps: 110, messages: 1040, busy: 2.25}
+	want := "  (namespace default's actor: busy 75 % of the phase, 10.0 messages a step)"
+	if got := actorLine(before, after, time.Second); got != want {
+		t.Errorf("actorLine = %q, want %q", got, want)
+	}
+	if got := actorLine(before, before, time.Second); got != "" {
+		t.Errorf("no step: actorLine = %q, want none", got)
+	}
+}
