@@ -203,6 +203,9 @@ func (a *app) phase(run func() (phaseStats, error)) (phaseStats, error) {
 	return st, nil
 }
 
+// metricsWait bounds each read of the node's metrics around a phase.
+const metricsWait = 2 * time.Second
+
 // actorCounters are the counters of the root token's namespace's actor
 // (default) on the node fq talks to: flexiq_actor_steps_total,
 // flexiq_actor_messages_total and flexiq_actor_busy_seconds_total.
@@ -212,7 +215,11 @@ type actorCounters struct{ steps, messages, busy float64 }
 // not (only the root token may: the metrics name every namespace) or the
 // page does not parse.
 func (a *app) actorCounters() (actorCounters, bool) {
-	page, err := a.admin("GET", "/metrics", nil, nil)
+	// The figures are a bonus: a node whose admin door does not answer
+	// soon does not hold the bench up.
+	ctx, cancel := context.WithTimeout(a.ctx, metricsWait)
+	defer cancel()
+	page, err := a.adminCtx(ctx, "GET", "/metrics", nil, nil)
 	if err != nil {
 		return actorCounters{}, false
 	}

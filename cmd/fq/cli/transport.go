@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -28,6 +29,11 @@ const maxReply = 64 << 20
 // is not nil and returned raw. A refusal is the server's *api.Error; a
 // failure to reach the node is an unreachableError.
 func (a *app) admin(method, path string, body, out any) ([]byte, error) {
+	return a.adminCtx(a.ctx, method, path, body, out)
+}
+
+// adminCtx is admin within ctx.
+func (a *app) adminCtx(ctx context.Context, method, path string, body, out any) ([]byte, error) {
 	base, err := a.serverURL()
 	if err != nil {
 		return nil, err
@@ -46,7 +52,7 @@ func (a *app) admin(method, path string, body, out any) ([]byte, error) {
 		}
 		rd = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(a.ctx, method, base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return nil, usageError{msg: fmt.Sprintf("%s: %v", a.source(&a.server), err)}
 	}
