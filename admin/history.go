@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -27,10 +28,11 @@ const (
 // History is a node's recent usage per namespace: pending and running
 // counts as the namespace's actor reports them (so only for namespaces
 // whose actor runs on this node, their owner in a cluster), and the jobs
-// enqueued, the calls refused, the jobs shed, the jobs completed and the
-// jobs failed for good in each interval (from the same counters as
-// flexiq_enqueue_outcomes_total, flexiq_enqueue_refusals_total,
-// flexiq_jobs_shed_total and flexiq_job_attempts_total).
+// enqueued, the calls refused, the jobs shed, the jobs completed, the
+// jobs failed for good and the share of the time its actor was busy in
+// each interval (from the same counters as flexiq_enqueue_outcomes_total,
+// flexiq_enqueue_refusals_total, flexiq_jobs_shed_total,
+// flexiq_job_attempts_total and flexiq_actor_busy_seconds_total).
 type History struct {
 	m        *Metrics
 	interval time.Duration
@@ -63,12 +65,14 @@ type sample struct {
 	pending, running                      int64
 	admitted, enqueued, refused, jobsShed uint32
 	completed, failed                     uint32
+	busy                                  uint8 // percent of the interval
 }
 
 // totals are a namespace's counters since the node started.
 type totals struct {
 	admitted, enqueued, refused, shed float64
 	completed, failed                 float64
+	busy                              float64 // seconds
 }
 
 // NewHistory starts keeping history from m's reports, one sample per
@@ -165,7 +169,8 @@ func (h *History) Sample(now time.Time) {
 		d := sample{at: at, pending: s.pending, running: s.running,
 			admitted: delta(t.admitted, s.base.admitted), enqueued: delta(t.enqueued, s.base.enqueued),
 			refused: delta(t.refused, s.base.refused), jobsShed: delta(t.shed, s.base.shed),
-			completed: delta(t.completed, s.base.completed), failed: delta(t.failed, s.base.failed)}
+			completed: delta(t.completed, s.base.completed), failed: delta(t.failed, s.base.failed),
+			busy: percentOf(t.busy-s.base.busy, h.interval)}
 		s.base = t
 		if len(s.ring) < h.samples {
 			s.ring = append(s.ring, d)
@@ -185,6 +190,18 @@ func delta(now, before float64) uint32 {
 		return ^uint32(0)
 	}
 	return uint32(d)
+}
+
+// percentOf is busy seconds as a percent of interval, at most 100.
+func percentOf(busy float64, interval time.Duration) uint8 {
+	p := math.Round(100 * busy / interval.Seconds())
+	switch {
+	case p <= 0:
+		return 0
+	case p >= 100:
+		return 100
+	}
+	return uint8(p)
 }
 
 // ordered returns s's samples, oldest first.
@@ -243,6 +260,10 @@ type HistoryReply struct {
 	// (dead, shed ones aside), per interval.
 	Completed []int64 `json:"completed"`
 	Failed    []int64 `json:"failed"`
+	// Busy is the percent of each interval the namespace's actor spent in
+	// its steps (deciding and writing to the store): near 100 its calls
+	// wait for its one writer.
+	Busy []int64 `json:"busy"`
 	// EnqueueRate is the namespace's enqueue_rate beside the jobs it had
 	// admitted per unit lately; null when no rate is set.
 	EnqueueRate *alarm.Reading `json:"enqueue_rate"`
@@ -253,7 +274,7 @@ type HistoryReply struct {
 func (h *History) Get(ns string) HistoryReply {
 	out := HistoryReply{Namespace: ns, IntervalMS: h.interval.Milliseconds(),
 		At: []int64{}, Pending: []int64{}, Running: []int64{}, Enqueued: []int64{}, Refused: []int64{}, Shed: []int64{},
-		Completed: []int64{}, Failed: []int64{}}
+		Completed: []int64{}, Failed: []int64{}, Busy: []int64{}}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.series[ns]
@@ -269,6 +290,7 @@ func (h *History) Get(ns string) HistoryReply {
 		out.Shed = append(out.Shed, int64(x.jobsShed))
 		out.Completed = append(out.Completed, int64(x.completed))
 		out.Failed = append(out.Failed, int64(x.failed))
+		out.Busy = append(out.Busy, int64(x.busy))
 	}
 	return out
 }
@@ -366,6 +388,15 @@ func (m *Metrics) totals(names map[string]bool) map[string]totals {
 		}
 		t := out[ns]
 		t.refused += v
+		out[ns] = t
+	})
+	collect(m.busy, func(labels map[string]string, v float64) {
+		ns := labels["namespace"]
+		if !names[ns] {
+			return
+		}
+		t := out[ns]
+		t.busy += v
 		out[ns] = t
 	})
 	return out

@@ -23,6 +23,7 @@ func TestHistorySamples(t *testing.T) {
 	m.Refused("acme", api.ReasonRateLimited)
 	m.Outcomes("acme", api.OutcomeShed, 2)
 	m.Gauges("acme", 5, 1)
+	m.Stepped("acme", 3, 2500*time.Millisecond)
 	m.Outcomes("other", api.OutcomeEnqueued, 7) // never reported gauges: not kept
 	h.Sample(t0)
 	h.Sample(t0.Add(10 * time.Second))
@@ -30,18 +31,28 @@ func TestHistorySamples(t *testing.T) {
 	m.Settled("acme", actors.Settled{Completed: 2, Retried: 1, Dead: 1, Released: 1, Expired: 1})
 	m.Settled("other", actors.Settled{Completed: 5})
 	m.Gauges("acme", 9, 0)
+	m.Stepped("acme", 1, 4*time.Second)
+	m.Stepped("acme", 2, 996*time.Millisecond)
+	m.Stepped("other", 2, 9*time.Second)
 	h.Sample(t0.Add(20 * time.Second))
 
 	got := h.Get("acme")
 	want := HistoryReply{Namespace: "acme", IntervalMS: 10000,
 		At:      []int64{t0.UnixMilli(), t0.Add(10 * time.Second).UnixMilli(), t0.Add(20 * time.Second).UnixMilli()},
 		Pending: []int64{5, 5, 9}, Running: []int64{1, 1, 0}, Enqueued: []int64{3, 0, 4}, Refused: []int64{2, 0, 0}, Shed: []int64{2, 0, 0},
-		Completed: []int64{0, 0, 2}, Failed: []int64{0, 0, 1}}
+		Completed: []int64{0, 0, 2}, Failed: []int64{0, 0, 1}, Busy: []int64{25, 0, 50}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("history\n got %+v\nwant %+v", got, want)
 	}
 	if h.Len() != 1 {
 		t.Fatalf("kept %d namespaces, want 1", h.Len())
+	}
+	// Steps counted in one interval that began in the one before can add
+	// up to more than it: the share stops at 100.
+	for busy, want := range map[float64]uint8{-1: 0, 0.04: 0, 0.05: 1, 9.94: 99, 12: 100} {
+		if got := percentOf(busy, 10*time.Second); got != want {
+			t.Errorf("percentOf(%vs of 10s) = %d, want %d", busy, got, want)
+		}
 	}
 
 	// Admitted per unit: enqueued and deduplicated count, shed does not.

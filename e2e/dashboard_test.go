@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,11 +114,16 @@ func TestDashboardRoutes(t *testing.T) {
 				Node, Owner string
 				Pending     []int64
 				Enqueued    []int64
+				Busy        []int64
 			}
 			e.mustDo(200, "GET", "/v1/usage/history", acme.admin, nil, &h)
 			sum := int64(0)
 			for _, n := range h.Enqueued {
 				sum += n
+			}
+			// The actor's busy share of each interval: a percent a sample.
+			if len(h.Busy) != len(h.Pending) || slices.ContainsFunc(h.Busy, func(p int64) bool { return p < 0 || p > 100 }) {
+				t.Fatalf("busy %v for %d samples, want a percent each", h.Busy, len(h.Pending))
 			}
 			return h.Node == "test" && h.Owner == "test" && len(h.Pending) > 0 && h.Pending[len(h.Pending)-1] == 8 && sum == 8
 		})

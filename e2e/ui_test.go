@@ -420,6 +420,7 @@ func TestUIUsageMovesWhileAProducerEnqueues(t *testing.T) {
 	}
 	until(t, tab, "the completed chart", `+document.querySelector('figure[data-series="completed"]').dataset.sum === 2`)
 	until(t, tab, "the pending chart", `+document.querySelector('figure[data-series="pending"]').dataset.last > 0`)
+	until(t, tab, "the actor's busy chart, in percent", `(() => { const f = document.querySelector('figure[data-series="busy"]'); return +f.dataset.points > 0 && +f.dataset.max <= 100 && f.querySelector('.now').textContent.includes('%'); })()`)
 	until(t, tab, "the enqueue rate", `+document.querySelector('#limits tr[data-field="enqueue_rate"]').dataset.usage > 0`)
 	until(t, tab, "a bar as wide as the usage", `(() => {
 		const r = document.querySelector('#limits tr[data-field="max_pending"]');

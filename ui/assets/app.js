@@ -27,6 +27,7 @@ const SERIES = [
   {key: 'shed', label: 'shed', help: 'jobs shed per interval'},
   {key: 'completed', label: 'completed', help: 'jobs acked per interval'},
   {key: 'failed', label: 'failed', help: 'jobs that failed for good (dead) per interval'},
+  {key: 'busy', label: 'actor busy', percent: true, help: '% of each interval; near 100, calls wait for it'},
 ];
 
 const state = {
@@ -342,7 +343,7 @@ function drawCharts(h) {
     const svg = fig.querySelector('svg');
     const values = h[s.key] || [];
     const n = values.length;
-    const max = Math.max(1, ...values);
+    const max = s.percent ? 100 : Math.max(1, ...values);
     const span = chartSpan(h);
     const end = n ? h.at[n - 1] : Date.now();
     const pts = values.map((v, i) => {
@@ -358,7 +359,9 @@ function drawCharts(h) {
     fig.dataset.max = String(n ? Math.max(...values) : 0);
     fig.dataset.sum = String(sum);
     const now = fig.querySelector('.now');
-    if (s.key === 'pending' || s.key === 'running') {
+    if (s.percent) {
+      now.textContent = `last ${fmtNum(last)} % · peak ${fmtNum(fig.dataset.max)} %`;
+    } else if (s.key === 'pending' || s.key === 'running') {
       now.textContent = `now ${fmtNum(last)} · peak ${fmtNum(fig.dataset.max)}`;
     } else {
       now.textContent = `last hour ${fmtNum(sum)} · peak ${fmtNum(fig.dataset.max)}/sample`;
