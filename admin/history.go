@@ -350,12 +350,20 @@ func (h *History) Len() int {
 // actors call once per job: the sample pays, not the enqueue.
 func (m *Metrics) totals(names map[string]bool) map[string]totals {
 	out := make(map[string]totals, len(names))
-	collect(m.outcomes, func(labels map[string]string, v float64) {
-		ns := labels["namespace"]
-		if !names[ns] {
-			return
-		}
-		t := out[ns]
+	// add collects c's series of the namespaces in names into out: to
+	// each its totals and the series' labels and value.
+	add := func(c prometheus.Collector, to func(t *totals, labels map[string]string, v float64)) {
+		collect(c, func(labels map[string]string, v float64) {
+			ns := labels["namespace"]
+			if !names[ns] {
+				return
+			}
+			t := out[ns]
+			to(&t, labels, v)
+			out[ns] = t
+		})
+	}
+	add(m.outcomes, func(t *totals, labels map[string]string, v float64) {
 		switch api.Outcome(labels["outcome"]) {
 		case api.OutcomeShed:
 			t.shed += v
@@ -365,40 +373,17 @@ func (m *Metrics) totals(names map[string]bool) map[string]totals {
 		default: // deduplicated, coalesced: admitted, a token spent
 			t.admitted += v
 		}
-		out[ns] = t
 	})
-	collect(m.attempts, func(labels map[string]string, v float64) {
-		ns := labels["namespace"]
-		if !names[ns] {
-			return
-		}
-		t := out[ns]
+	add(m.attempts, func(t *totals, labels map[string]string, v float64) {
 		switch labels["outcome"] {
 		case attemptCompleted:
 			t.completed += v
 		case attemptDead:
 			t.failed += v
 		}
-		out[ns] = t
 	})
-	collect(m.refusals, func(labels map[string]string, v float64) {
-		ns := labels["namespace"]
-		if !names[ns] {
-			return
-		}
-		t := out[ns]
-		t.refused += v
-		out[ns] = t
-	})
-	collect(m.busy, func(labels map[string]string, v float64) {
-		ns := labels["namespace"]
-		if !names[ns] {
-			return
-		}
-		t := out[ns]
-		t.busy += v
-		out[ns] = t
-	})
+	add(m.refusals, func(t *totals, _ map[string]string, v float64) { t.refused += v })
+	add(m.busy, func(t *totals, _ map[string]string, v float64) { t.busy += v })
 	return out
 }
 
