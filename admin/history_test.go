@@ -47,6 +47,8 @@ func TestHistorySamples(t *testing.T) {
 	if h.Len() != 1 {
 		t.Fatalf("kept %d namespaces, want 1", h.Len())
 	}
+	// A step timed by a clock set back counts no time (and does not panic).
+	m.Stepped("acme", 1, -time.Second)
 	// Steps counted in one interval that began in the one before can add
 	// up to more than it: the share stops at 100.
 	for busy, want := range map[float64]uint8{-1: 0, 0.04: 0, 0.05: 1, 9.94: 99, 12: 100} {

@@ -163,11 +163,13 @@ func (m *Metrics) Gauges(ns string, pending, running int64) {
 }
 
 // Stepped counts a step of ns's actor, the messages it took and its busy
-// time.
+// time. A clock set back during the step (a test's, or a wall clock
+// without a monotonic reading) counts as no time: a counter that is
+// given a negative value panics.
 func (m *Metrics) Stepped(ns string, messages int, busy time.Duration) {
 	m.steps.WithLabelValues(ns).Inc()
-	m.messages.WithLabelValues(ns).Add(float64(messages))
-	m.busy.WithLabelValues(ns).Add(busy.Seconds())
+	m.messages.WithLabelValues(ns).Add(float64(max(messages, 0)))
+	m.busy.WithLabelValues(ns).Add(max(busy, 0).Seconds())
 }
 
 // QuotaAlarms sets flexiq_quota_alarm to every alarm listed (the store's
