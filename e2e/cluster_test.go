@@ -1060,6 +1060,16 @@ func TestClusterCallsGoStraightToTheOwner(t *testing.T) {
 				t.Errorf("%s on %s, which owns nothing of acme, = %v", series, via.id, got)
 			}
 		}
+		// So are its actor's steps: only the owner's actor took the calls
+		// (51 enqueues and 20 claims at least: a step is counted before
+		// the next one begins, and each call waited for the one before).
+		steps := `flexiq_actor_messages_total{namespace="acme"}`
+		if got, _ := c.metricIf(ownerNode, steps); got < 71 {
+			t.Errorf("%s on the owner %s = %v, want at least 71", steps, ownerNode.id, got)
+		}
+		if got, ok := c.metricIf(via, steps); ok {
+			t.Errorf("%s on %s, which owns nothing of acme, = %v", steps, via.id, got)
+		}
 	})
 }
 
