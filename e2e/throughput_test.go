@@ -22,14 +22,14 @@ import (
 // Throughput of one in-process node over NATS with SQLite, everything on
 // the same cores. fq bench measures the same against a real node process.
 
-func parallelEnqueue(b *testing.B, cs []*client.Client, batch int) {
+func parallelEnqueue(b *testing.B, e *env, ns string, cs []*client.Client, batch int) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	jobs := make([]api.Job, batch)
 	for i := range jobs {
 		jobs[i] = api.Job{Queue: "bench", Task: "t", Payload: []byte(`{"n":1}`)}
 	}
-	cpu := cpuTime()
+	cpu, actor := cpuTime(), readActor(b, e, ns)
 	b.ResetTimer()
 	for _, c := range cs {
 		wg.Add(1)
@@ -46,6 +46,7 @@ func parallelEnqueue(b *testing.B, cs []*client.Client, batch int) {
 	wg.Wait()
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
 	b.ReportMetric((cpuTime()-cpu).Seconds()/b.Elapsed().Seconds(), "cores")
+	reportActor(b, actor, readActor(b, e, ns))
 }
 
 func benchClients(b *testing.B, e *env, token string, n int) []*client.Client {
@@ -65,7 +66,7 @@ func BenchmarkEnqueueSingle32(b *testing.B) {
 		b.Run(backend, func(b *testing.B) {
 			e := start(b)
 			tn := e.tenant("acme")
-			parallelEnqueue(b, benchClients(b, e, tn.producer, 32), 1)
+			parallelEnqueue(b, e, "acme", benchClients(b, e, tn.producer, 32), 1)
 		})
 	}
 }
@@ -74,7 +75,7 @@ func BenchmarkEnqueueSingle32AllQuotas(b *testing.B) {
 	e := start(b)
 	tn := e.tenant("acme")
 	e.setQuota(tn.admin, `{"max_pending":1000000000,"enqueue_rate":"1000000000/s","max_running":1000000,"max_archived_rows":1000000000,"max_dead_rows":1000000000}`)
-	parallelEnqueue(b, benchClients(b, e, tn.producer, 32), 1)
+	parallelEnqueue(b, e, "acme", benchClients(b, e, tn.producer, 32), 1)
 }
 
 // BenchmarkEnqueueBatch100 is 8 producers enqueuing 100 jobs a call, on
@@ -84,7 +85,7 @@ func BenchmarkEnqueueBatch100(b *testing.B) {
 		b.Run(backend, func(b *testing.B) {
 			e := start(b)
 			tn := e.tenant("acme")
-			parallelEnqueue(b, benchClients(b, e, tn.producer, 8), 100)
+			parallelEnqueue(b, e, "acme", benchClients(b, e, tn.producer, 8), 100)
 		})
 	}
 }
@@ -99,7 +100,7 @@ func BenchmarkClaimAck32(b *testing.B) {
 			e := start(b)
 			tn := e.tenant("acme")
 			fillQueue(b, tn.p, b.N)
-			parallelClaimAck(b, benchClients(b, e, tn.worker, 32))
+			parallelClaimAck(b, e, "acme", benchClients(b, e, tn.worker, 32))
 		})
 	}
 }
@@ -119,10 +120,10 @@ func fillQueue(b *testing.B, c *client.Client, n int) {
 
 // parallelClaimAck claims (one job a claim) and acks b.N jobs of queue
 // bench with one worker per client.
-func parallelClaimAck(b *testing.B, cs []*client.Client) {
+func parallelClaimAck(b *testing.B, e *env, ns string, cs []*client.Client) {
 	var done atomic.Int64
 	var wg sync.WaitGroup
-	cpu := cpuTime()
+	cpu, actor := cpuTime(), readActor(b, e, ns)
 	b.ResetTimer()
 	for _, c := range cs {
 		wg.Add(1)
@@ -150,6 +151,7 @@ func parallelClaimAck(b *testing.B, cs []*client.Client) {
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 	b.ReportMetric((cpuTime()-cpu).Seconds()/b.Elapsed().Seconds(), "cores")
+	reportActor(b, actor, readActor(b, e, ns))
 }
 
 // BenchmarkIdleNamespaces touches 10 000 namespaces once each and reports
@@ -249,13 +251,61 @@ func workerBench(b *testing.B, prefetch int) {
 			}
 			return nil, nil
 		})
-	cpu := cpuTime()
+	cpu, actor := cpuTime(), readActor(b, e, "acme")
 	b.ResetTimer()
 	if err := w.Run(ctx); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 	b.ReportMetric((cpuTime()-cpu).Seconds()/b.Elapsed().Seconds(), "cores")
+	reportActor(b, actor, readActor(b, e, "acme"))
+}
+
+// actorReading is a namespace's actor counters on the node
+// (flexiq_actor_steps_total, _messages_total, _busy_seconds_total).
+type actorReading struct{ steps, messages, busy float64 }
+
+// readActor reads ns's actor counters from the node's registry.
+func readActor(b *testing.B, e *env, ns string) actorReading {
+	b.Helper()
+	fams, err := e.node.Metrics.Registry.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var r actorReading
+	for _, f := range fams {
+		var to *float64
+		switch f.GetName() {
+		case "flexiq_actor_steps_total":
+			to = &r.steps
+		case "flexiq_actor_messages_total":
+			to = &r.messages
+		case "flexiq_actor_busy_seconds_total":
+			to = &r.busy
+		default:
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "namespace" && l.GetValue() == ns {
+					*to = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return r
+}
+
+// reportActor reports how busy the namespace's actor was over the run
+// (actor-busy, a share of the elapsed time) and the messages its steps
+// took on the mean (msgs/step), as fq bench prints them.
+func reportActor(b *testing.B, before, after actorReading) {
+	steps := after.steps - before.steps
+	if steps <= 0 {
+		return
+	}
+	b.ReportMetric((after.busy-before.busy)/b.Elapsed().Seconds(), "actor-busy")
+	b.ReportMetric((after.messages-before.messages)/steps, "msgs/step")
 }
 
 // cpuTime is the CPU time (user and system) the process has used: over a
@@ -285,7 +335,7 @@ func BenchmarkEnqueueSingle32Backlog1M(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	parallelEnqueue(b, benchClients(b, e, tn.producer, 32), 1)
+	parallelEnqueue(b, e, "acme", benchClients(b, e, tn.producer, 32), 1)
 }
 
 // BenchmarkNeighbourDuringTrim measures another namespace's throughput —
@@ -372,9 +422,9 @@ func neighbourDuringTrim(b *testing.B, work string, every time.Duration) {
 		close(done)
 	}
 	if work == "enqueue" {
-		parallelEnqueue(b, benchClients(b, e, other.producer, 32), 1)
+		parallelEnqueue(b, e, "other", benchClients(b, e, other.producer, 32), 1)
 	} else {
-		parallelClaimAck(b, benchClients(b, e, other.worker, 32))
+		parallelClaimAck(b, e, "other", benchClients(b, e, other.worker, 32))
 	}
 	close(stop)
 	<-done
