@@ -159,6 +159,7 @@ func init() {
 		{"cluster status", "[--json]", (*app).clusterStatus},
 		{"bench", "[enqueue|enqueue-batch|work|all|flood] [--jobs N | --duration D] [--producers N] [--batch N] [--workers N] [--queue Q] [--payload JSON] [--no-drain] [--sdk-worker [--prefetch N]]\n" +
 			"  load generator: jobs/s and latency percentiles per phase, in a fresh queue of the token's namespace\n" +
+			"  (with the root token, also how busy the namespace's actor was: near 100 %, its one writer bounds the phase)\n" +
 			"  (completed jobs stay archived there: bench with a scratch namespace's token to keep others clean)", (*app).bench},
 	}
 }
