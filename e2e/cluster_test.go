@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -507,6 +508,19 @@ func TestClusterSurvivesKill9(t *testing.T) {
 		}
 		if u := c.usage(survivors[0], admin); u.Usage.Running != 0 || u.Usage.Pending != 0 {
 			t.Fatalf("after draining: %+v", u.Usage)
+		}
+		// The new owner's actor took the calls since: its steps are
+		// counted there (the 20 enqueues after the kill at least, each
+		// answered before the next was sent).
+		var now clusterStatus
+		c.do(survivors[0], "GET", "/v1/cluster?namespace=acme", clusterRoot, nil, &now)
+		i := slices.IndexFunc(survivors, func(m *member) bool { return m.id == now.Owner })
+		if i < 0 {
+			t.Fatalf("owner of acme after the kill: %q, not a survivor", now.Owner)
+		}
+		series := `flexiq_actor_messages_total{namespace="acme"}`
+		if got, _ := c.metricIf(survivors[i], series); got < 20 {
+			t.Errorf("%s on the new owner %s = %v, want at least 20", series, now.Owner, got)
 		}
 	})
 }
