@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -265,35 +266,22 @@ func workerBench(b *testing.B, prefetch int) {
 // (flexiq_actor_steps_total, _messages_total, _busy_seconds_total).
 type actorReading struct{ steps, messages, busy float64 }
 
-// readActor reads ns's actor counters from the node's registry.
+// readActor reads ns's actor counters from the node's /metrics.
 func readActor(b *testing.B, e *env, ns string) actorReading {
 	b.Helper()
-	fams, err := e.node.Metrics.Registry.Gather()
-	if err != nil {
-		b.Fatal(err)
+	status, page := e.do("GET", "/metrics", e.root, nil)
+	if status != http.StatusOK {
+		b.Fatalf("GET /metrics: %d", status)
 	}
-	var r actorReading
-	for _, f := range fams {
-		var to *float64
-		switch f.GetName() {
-		case "flexiq_actor_steps_total":
-			to = &r.steps
-		case "flexiq_actor_messages_total":
-			to = &r.messages
-		case "flexiq_actor_busy_seconds_total":
-			to = &r.busy
-		default:
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "namespace" && l.GetValue() == ns {
-					*to = m.GetCounter().GetValue()
-				}
-			}
-		}
+	value := func(name string) float64 {
+		v, _ := seriesValue(b, page, name+`{namespace="`+ns+`"}`)
+		return v
 	}
-	return r
+	return actorReading{
+		steps:    value("flexiq_actor_steps_total"),
+		messages: value("flexiq_actor_messages_total"),
+		busy:     value("flexiq_actor_busy_seconds_total"),
+	}
 }
 
 // reportActor reports how busy the namespace's actor was over the run
