@@ -187,6 +187,10 @@ func (a *app) bench(cmd *command, args []string) error {
 // may read the node's metrics (the root token), how busy the namespace's
 // actor was meanwhile (actorLine).
 func (a *app) phase(run func() (phaseStats, error)) (phaseStats, error) {
+	// The share is of the time from the first read's start to the second
+	// read's end, which holds the node's two readings: so it is never
+	// more than the whole, whatever the actor did around the phase.
+	start := time.Now()
 	before, readable := a.actorCounters()
 	st, err := run()
 	if err != nil {
@@ -195,7 +199,7 @@ func (a *app) phase(run func() (phaseStats, error)) (phaseStats, error) {
 	a.printPhase(st)
 	if readable {
 		if after, ok := a.actorCounters(); ok {
-			if line := actorLine(before, after, st.elapsed); line != "" {
+			if line := actorLine(before, after, time.Since(start)); line != "" {
 				fmt.Fprintln(a.stdout, line)
 			}
 		}
@@ -245,10 +249,10 @@ func (a *app) actorCounters() (actorCounters, bool) {
 	}, true
 }
 
-// actorLine says how busy the namespace's actor was over a phase of
-// elapsed and how many messages shared a step, from its counters before
-// and after; "" when it took no step on this node (in a cluster its owner
-// may be another node).
+// actorLine says how busy the namespace's actor was over elapsed (a
+// phase and the reads around it) and how many messages shared a step,
+// from its counters before and after; "" when it took no step on this
+// node (in a cluster its owner may be another node).
 func actorLine(before, after actorCounters, elapsed time.Duration) string {
 	steps := after.steps - before.steps
 	if steps <= 0 || elapsed <= 0 {
