@@ -9,7 +9,7 @@
 // for each other. Reads run outside transactions, each a single statement.
 //
 // The Store is a store.ClusterStore (tables members and leases). A fenced
-// job write starts its transaction with flexiq_fence, which locks the
+// job write starts its transaction with the fence check, which locks the
 // lease row FOR KEY SHARE and aborts the write, as store.ErrFenced, unless
 // the fence's holder holds the lease at its epoch; a take of the lease
 // (an UPDATE that bumps the epoch, part of the row's key) waits for the

@@ -397,7 +397,10 @@ func TestHeartbeatSweepsDeadMembers(t *testing.T) {
 // holder renews at once (before migration 4 the renewal waited for every
 // open fenced write of the partition, and writes that overlapped without
 // a gap kept it off until the lease ran out). A take from another holder
-// still waits for the write to commit.
+// still waits for the write to commit. The write fences itself as nodes
+// of the versions before migration 6 do (flexiq_fence), so a store shared
+// with such a node is checked too; TestATakeWaitsForAFencedWriteOfOneBatch
+// checks the fence this version sends.
 func TestRenewalPassesAFencedWriteATakeWaitsForIt(t *testing.T) {
 	ctx := context.Background()
 	url := testserver.Postgres(t)

@@ -31,7 +31,7 @@ func (r *batchRecorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatch
 func (r *batchRecorder) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
 	var b []string
 	for _, q := range d.Batch.QueuedQueries {
-		b = append(b, strings.Fields(q.SQL)[0]+" "+firstWordAfter(q.SQL))
+		b = append(b, label(q.SQL))
 	}
 	r.mu.Lock()
 	r.batches = append(r.batches, b)
@@ -48,22 +48,21 @@ func (r *batchRecorder) take() [][]string {
 	return b
 }
 
-// firstWordAfter names a statement by its table or function: the word
-// after INTO, FROM or SELECT, whichever comes first.
-func firstWordAfter(sql string) string {
+// label names a statement: begin, commit, fence, or its verb and table.
+func label(sql string) string {
 	f := strings.Fields(sql)
-	for i, w := range f {
-		switch strings.ToUpper(w) {
-		case "INTO", "UPDATE":
-			if i+1 < len(f) {
-				return f[i+1]
-			}
+	switch {
+	case len(f) == 1:
+		return f[0]
+	case strings.Contains(sql, "FROM leases WHERE name = $1 FOR KEY SHARE"):
+		return "fence"
+	}
+	for i, w := range f[:len(f)-1] {
+		if u := strings.ToUpper(w); u == "INTO" || u == "UPDATE" {
+			return f[0] + " " + f[i+1]
 		}
 	}
-	if len(f) > 1 {
-		return strings.SplitN(f[1], "(", 2)[0]
-	}
-	return ""
+	return f[0]
 }
 
 // tracedStore opens a migrated store whose connections report their
@@ -111,7 +110,7 @@ func TestAWriteOfOneBatchSendsNoBeginOrCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := rec.take()
-	if len(got) != 1 || strings.Join(got[0], "; ") != "SELECT flexiq_fence; INSERT jobs" {
+	if len(got) != 1 || strings.Join(got[0], "; ") != "fence; INSERT jobs" {
 		t.Fatalf("enqueue sent %q, want one batch of the fence and the insert", got)
 	}
 
@@ -121,12 +120,12 @@ func TestAWriteOfOneBatchSendsNoBeginOrCommit(t *testing.T) {
 		t.Fatalf("claim: %v, %v", res, err)
 	}
 	got = rec.take()
-	if len(got) < 2 || got[0][0] != "begin " || got[len(got)-1][len(got[len(got)-1])-1] != "commit " {
+	if len(got) < 2 || got[0][0] != "begin" || got[len(got)-1][len(got[len(got)-1])-1] != "commit" {
 		t.Fatalf("claim sent %q, want a first batch that begins and a last that commits", got)
 	}
 	for _, b := range got[1 : len(got)-1] {
 		for _, q := range b {
-			if q == "begin " || q == "commit " {
+			if q == "begin" || q == "commit" {
 				t.Fatalf("claim sent %q: a BEGIN or COMMIT between its first and last batches", got)
 			}
 		}
