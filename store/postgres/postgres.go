@@ -218,7 +218,7 @@ const maxTries = 8
 // rolled back whole if one did. Only a write that reads an answer before
 // it is done (a claim) opens a transaction block: its first flush begins
 // it and its commit ends it. Two statements fewer a step made single-job
-// enqueues and the bare protocol about 2 % faster (docs/performance.md,
+// enqueues and the bare protocol about 3 % faster (docs/performance.md,
 // "PostgreSQL: a write of one batch is an implicit transaction").
 //
 // Everything that must stop a write is checked by the server (an error

@@ -21,13 +21,16 @@ type batchRecorder struct {
 	batches [][]string
 }
 
+// The query hooks make it a pgx.QueryTracer, which ConnConfig.Tracer
+// must be; pgx calls the batch hooks of a tracer that has them.
 func (r *batchRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	return ctx
 }
-func (r *batchRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *batchRecorder) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
-}
-func (r *batchRecorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+func (r *batchRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData)     {}
+func (r *batchRecorder) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *batchRecorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// TraceBatchStart records the statements of the batch about to be sent.
 func (r *batchRecorder) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
 	var b []string
 	for _, q := range d.Batch.QueuedQueries {
@@ -65,8 +68,8 @@ func label(sql string) string {
 	return f[0]
 }
 
-// tracedStore opens a migrated store whose connections report their
-// batches to the returned recorder.
+// tracedStore opens a migrated store whose connections, set up as Open
+// sets them, report their batches to the returned recorder.
 func tracedStore(t *testing.T) (*Store, *batchRecorder) {
 	t.Helper()
 	url := testserver.Postgres(t)
@@ -78,6 +81,9 @@ func tracedStore(t *testing.T) (*Store, *batchRecorder) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for k, v := range sessionParams {
+		cfg.ConnConfig.RuntimeParams[k] = v
 	}
 	rec := &batchRecorder{}
 	cfg.ConnConfig.Tracer = rec
