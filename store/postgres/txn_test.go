@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -166,10 +167,12 @@ func TestATakeWaitsForAFencedWriteOfOneBatch(t *testing.T) {
 	if _, err := gate.Exec(ctx, `SELECT pg_advisory_lock($1)`, gateKey); err != nil {
 		t.Fatal(err)
 	}
-	// waiting returns once a session waits on a lock of locktype; it
-	// fails at once if early answers first.
+	// poll returns the pid query finds (one int column, or none), once it
+	// finds one; it fails at once if the take answers first. The queries
+	// name the sessions they wait for, so other databases' and other
+	// tests' lock waits on a shared server do not count.
 	took := make(chan []store.Lease, 1)
-	waiting := func(locktype string) {
+	poll := func(what, query string, args ...any) int {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
@@ -178,15 +181,16 @@ func TestATakeWaitsForAFencedWriteOfOneBatch(t *testing.T) {
 				t.Fatalf("node-b took the lease (%+v) while node-a's fenced write was open", got)
 			default:
 			}
-			var n int
-			if err := gate.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = $1 AND NOT granted`, locktype).Scan(&n); err != nil {
+			var pid int
+			err := gate.QueryRow(ctx, query, args...).Scan(&pid)
+			if err == nil {
+				return pid
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
 				t.Fatal(err)
 			}
-			if n > 0 {
-				return
-			}
 			if time.Now().After(deadline) {
-				t.Fatalf("no session waits on a %s lock", locktype)
+				t.Fatalf("%s: not seen in 30 s", what)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -200,7 +204,9 @@ func TestATakeWaitsForAFencedWriteOfOneBatch(t *testing.T) {
 			return nil
 		})
 	}()
-	waiting("advisory")
+	// The write's session, once it waits for the gate: its fence ran.
+	writer := poll("the write waiting at the gate", `SELECT pid FROM pg_locks
+		WHERE locktype = 'advisory' AND classid = 0 AND objid = $1 AND NOT granted LIMIT 1`, int64(gateKey))
 
 	go func() {
 		got, err := s.LeaseAcquire(ctx, store.LeaseAcquireParams{Holder: "node-b", Names: []string{lease}, Now: t0.Add(time.Minute), TTL: 10 * time.Second})
@@ -209,7 +215,8 @@ func TestATakeWaitsForAFencedWriteOfOneBatch(t *testing.T) {
 		}
 		took <- got
 	}()
-	waiting("transactionid")
+	poll("the take waiting for the write", `SELECT pid FROM pg_stat_activity
+		WHERE $1::int = ANY(pg_blocking_pids(pid)) LIMIT 1`, writer)
 
 	if _, err := gate.Exec(ctx, `SELECT pg_advisory_unlock($1)`, gateKey); err != nil {
 		t.Fatal(err)
