@@ -117,6 +117,12 @@ type Actor struct {
 
 	// waits is scratch for the due-to-claim times a claim reports.
 	waits []time.Duration
+
+	// answers takes each step's answers to the answering goroutine
+	// (Deps.AnswerBeside), which closes answered when answers is closed
+	// and it has given them all; nil without it.
+	answers  chan []heldReply
+	answered chan struct{}
 }
 
 // acksDone is the message an overlapped ack write posts to its actor's
@@ -140,7 +146,46 @@ type stepper interface {
 // NewActor builds a namespace's actor.
 func NewActor(ns string, core *Core, deps *Deps) *Actor {
 	core.SetPace(deps.Pace)
-	return &Actor{ns: ns, core: core, mbox: newMailbox(), deps: deps, log: deps.Log.With("namespace", ns), store: deps.Store}
+	a := &Actor{ns: ns, core: core, mbox: newMailbox(), deps: deps, log: deps.Log.With("namespace", ns), store: deps.Store}
+	if _, stepped := deps.Store.(stepper); deps.AnswerBeside && !stepped {
+		a.answers, a.answered = make(chan []heldReply, 16), make(chan struct{})
+		go a.answer()
+	}
+	return a
+}
+
+// answer gives the answers of each step handed to it, in order, until
+// closeAnswers.
+func (a *Actor) answer() {
+	defer close(a.answered)
+	for held := range a.answers {
+		for _, h := range held {
+			h.m.answerNow(h.body, h.err)
+		}
+	}
+}
+
+// closeAnswers ends the answering goroutine, once it has given every
+// answer handed to it. Only the actor's goroutine calls it, once, as it
+// leaves.
+func (a *Actor) closeAnswers() {
+	if a.answers == nil {
+		return
+	}
+	close(a.answers)
+	<-a.answered
+}
+
+// handAnswers hands the answers the step collected to the answering
+// goroutine, in one hand-off.
+func (a *Actor) handAnswers() {
+	a.box.collecting = false
+	if len(a.box.held) == 0 {
+		return
+	}
+	// The slice goes: the next step collects into a new one.
+	a.answers <- a.box.held
+	a.box.held = nil
 }
 
 // Send queues a message.
@@ -168,6 +213,10 @@ func (a *Actor) Step(ctx context.Context, now time.Time) (took int) {
 		tx = sp.BeginStep(ctx)
 		a.store = tx
 		a.box.holding = true
+	} else if a.answers != nil {
+		// Registered first, so it runs last: after a panic's answers too.
+		a.box.collecting = true
+		defer a.handAnswers()
 	}
 	defer func() {
 		if r := recover(); r != nil {

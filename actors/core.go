@@ -852,13 +852,14 @@ func (c *Core) AcksDone(p *UpdatePlan, applied []bool, err error) {
 // error.
 func (p *UpdatePlan) AckAnswers(applied []bool, err error) {
 	for i, e := range p.entries {
+		// From the writing goroutine, not the actor's: at once.
 		switch {
 		case err != nil:
-			e.call.Msg.respond(nil, StoreError(err))
+			e.call.Msg.respondNow(nil, StoreError(err))
 		case !applied[i]:
-			e.call.Msg.respond(nil, api.LeaseLost(e.id))
+			e.call.Msg.respondNow(nil, api.LeaseLost(e.id))
 		default:
-			e.call.Msg.respond(api.Empty{}, nil)
+			e.call.Msg.respondNow(api.Empty{}, nil)
 		}
 	}
 }

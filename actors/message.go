@@ -104,20 +104,36 @@ func (m *Message) respond(body any, err *api.Error) {
 	if m.replied.Swap(true) {
 		return
 	}
-	if m.box != nil && m.box.holding {
+	if m.box != nil && (m.box.holding || m.box.collecting) {
 		m.box.held = append(m.box.held, heldReply{m: m, body: body, err: err})
 		return
 	}
+	m.answerNow(body, err)
+}
+
+// respondNow answers once, at once, whatever the actor's outbox does: for
+// answers given off the actor's goroutine (an overlapped ack write's),
+// which must not touch the outbox.
+func (m *Message) respondNow(body any, err *api.Error) {
+	if m.replied.Swap(true) {
+		return
+	}
+	m.answerNow(body, err)
+}
+
+func (m *Message) answerNow(body any, err *api.Error) {
 	if m.Reply != nil {
 		m.Reply(body, err)
 	}
 }
 
-// outbox holds a step's answers until the step's transaction ends. Only
-// the actor's goroutine touches it.
+// outbox holds a step's answers until the step's transaction ends
+// (holding), or, with Deps.AnswerBeside, collects them for the actor's
+// answering goroutine (collecting). Only the actor's goroutine touches it.
 type outbox struct {
-	holding bool
-	held    []heldReply
+	holding    bool
+	collecting bool
+	held       []heldReply
 	// after are the step's reports to the metrics (Actor.observe), made
 	// once its writes are committed, before its answers leave.
 	after []func()

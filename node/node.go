@@ -261,6 +261,8 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	deps := actors.Deps{
 		Store: n.Store, Snapshots: n.Cache, Log: n.log, Observer: n.Metrics, IdleAfter: cfg.IdleAfter, Pace: cfg.RefusalPace,
 		OverlapAcks: true,
+		// Measured faster on PostgreSQL only (actors.Deps.AnswerBeside).
+		AnswerBeside: open.IsPostgres(cfg.Store),
 	}
 	if err := n.startCluster(ctx); err != nil {
 		return n, err

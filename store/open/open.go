@@ -130,3 +130,9 @@ func IsSQLite(rawURL string) bool {
 	t, err := parse(rawURL)
 	return err == nil && t.kind == "sqlite"
 }
+
+// IsPostgres reports whether rawURL names a PostgreSQL store.
+func IsPostgres(rawURL string) bool {
+	t, err := parse(rawURL)
+	return err == nil && t.kind == "postgres"
+}

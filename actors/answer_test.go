@@ -1,0 +1,121 @@
+package actors
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flexiq/flexiq/api"
+	"github.com/flexiq/flexiq/cachebust"
+	"github.com/flexiq/flexiq/store/sqlite"
+)
+
+// answerBesideSystem is a system with Deps.AnswerBeside on a store whose
+// step is not one transaction (SQLite behind ackGate, as PostgreSQL is),
+// reporting its steps to the returned channel.
+func answerBesideSystem(t *testing.T) (*System, chan stepReport) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), ":memory:", sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := stepReports{ch: make(chan stepReport, 1000)}
+	sys := NewSystem(context.Background(), Deps{Store: newAckGate(st), Snapshots: cachebust.New(st, time.Second, nil),
+		Observer: obs, OverlapAcks: true, AnswerBeside: true})
+	t.Cleanup(func() {
+		if err := sys.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+		st.Close()
+	})
+	return sys, obs.ch
+}
+
+// stepTaking waits for the report of a step that took a message.
+func stepTaking(t *testing.T, steps <-chan stepReport, what string) {
+	t.Helper()
+	for {
+		select {
+		case r := <-steps:
+			if r.messages > 0 {
+				return
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no step took %s in 10 s", what)
+		}
+	}
+}
+
+// With AnswerBeside, giving a step's answers does not hold the actor: while
+// the first call's answer is still being given, the actor takes and writes
+// the next call. Each answer is given, in order, and the calls' jobs are
+// stored.
+func TestAnswersBesideLetTheNextStepGoOn(t *testing.T) {
+	sys, steps := answerBesideSystem(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the system's Stop: a failure must not hang it
+	first := make(chan answer, 1)
+	sys.Send("acme", &Message{Op: OpEnqueue, Body: &api.EnqueueRequest{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t"}}},
+		Reply: func(b any, e *api.Error) {
+			close(entered)
+			<-release
+			first <- answer{b, e}
+		}})
+	stepTaking(t, steps, "the first call")
+	<-entered // its answer is being given, and held there
+
+	second := send(sys, "acme", OpEnqueue, &api.EnqueueRequest{Jobs: []api.Job{{ID: "b", Queue: "q", Task: "t"}}})
+	// Without AnswerBeside the actor would still be inside the first
+	// step, giving its answer: no second step.
+	stepTaking(t, steps, "the second call while the first answer was held")
+	select {
+	case a := <-second:
+		t.Fatalf("the second answer (%+v) overtook the first", a)
+	default:
+	}
+
+	free()
+	for name, ch := range map[string]<-chan answer{"a": first, "b": second} {
+		a := wait(t, ch)
+		if a.err != nil {
+			t.Fatalf("enqueue of %s: %v", name, a.err)
+		}
+		if res := a.body.(api.EnqueueReply).Results; len(res) != 1 || res[0].ID != name || res[0].Outcome != api.OutcomeEnqueued {
+			t.Fatalf("enqueue of %s answered %+v", name, res)
+		}
+	}
+}
+
+// A step's answers leave before its actor is gone: by the time Stop
+// returns, the answer handed to the answering goroutine was given, and
+// that goroutine has ended (goleak, in TestMain, fails the package when
+// an actor leaves it running).
+func TestStopGivesTheAnswersBesideFirst(t *testing.T) {
+	sys, steps := answerBesideSystem(t)
+	release := make(chan struct{})
+	given := make(chan answer, 1)
+	sys.Send("acme", &Message{Op: OpEnqueue, Body: &api.EnqueueRequest{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t"}}},
+		Reply: func(b any, e *api.Error) {
+			<-release
+			given <- answer{b, e}
+		}})
+	stepTaking(t, steps, "the call")
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- sys.Stop(context.Background()) }()
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-given:
+		if a.err != nil {
+			t.Fatalf("answer given at stop: %v", a.err)
+		}
+	default:
+		t.Fatal("Stop returned before the step's answer was given")
+	}
+}
