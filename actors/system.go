@@ -49,9 +49,10 @@ type Deps struct {
 	// the actor's own, handed over once at the end of the step, so that
 	// the actor's next write does not wait for them (encoding and
 	// publishing about 14 answers is some 25 µs of a 0.6 ms single-job
-	// step on PostgreSQL). It pays where the actor is the bound and costs
-	// a hand-off a step where it is not (Redis), so the node sets it for
-	// PostgreSQL only (docs/performance.md). A store whose step is one
+	// step on PostgreSQL). It pays where the actor waits on its writes and
+	// its answers are a good part of its own time; on Redis it measured
+	// nothing, so the node sets it for PostgreSQL only
+	// (docs/performance.md). A store whose step is one
 	// transaction holds its answers to the commit and gives them then, on
 	// the actor's goroutine, as before.
 	AnswerBeside bool
