@@ -121,6 +121,7 @@ func (m *Message) respondNow(body any, err *api.Error) {
 	m.answerNow(body, err)
 }
 
+// answerNow gives the answer to the caller through Reply.
 func (m *Message) answerNow(body any, err *api.Error) {
 	if m.Reply != nil {
 		m.Reply(body, err)
