@@ -214,7 +214,9 @@ type Observer interface {
 	Paced(ns string)
 	// Stepped reports one step of ns's actor: the messages it took and
 	// how long it kept the actor busy (deciding, writing to the store,
-	// answering). Steps are what a namespace's calls queue for, so their
+	// answering, or handing the answers over with Deps.AnswerBeside). It
+	// is reported before the actor's next step begins. Steps are what a
+	// namespace's calls queue for, so their
 	// busy time against the wall clock says how near the namespace is to
 	// its one-writer bound.
 	Stepped(ns string, messages int, busy time.Duration)

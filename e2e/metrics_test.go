@@ -81,9 +81,10 @@ func TestMetricsReportEachNamespacesActorSteps(t *testing.T) {
 		for range 3 {
 			enqueue(t, tn.p, job("q", "t"))
 		}
-		// A step is reported after it answered, before the actor's next
-		// step: once a fourth call is answered, the steps that took the
-		// first three have been counted.
+		// A step is reported before the actor's next step begins (on
+		// PostgreSQL its answers may leave a little before): once a fourth
+		// call, sent after the third's answer, is answered, the steps that
+		// took the first three have been counted.
 		enqueue(t, tn.p, job("q", "t"))
 		steps, ok := metric(t, e, `flexiq_actor_steps_total{namespace="acme"}`)
 		if !ok || steps < 1 {
