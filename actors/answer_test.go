@@ -2,6 +2,8 @@ package actors
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -89,13 +91,17 @@ func TestAnswersBesideLetTheNextStepGoOn(t *testing.T) {
 	}
 }
 
-// A step's answers leave before its actor is gone: by the time Stop
-// returns, the answer handed to the answering goroutine was given, and
-// that goroutine has ended (goleak, in TestMain, fails the package when
-// an actor leaves it running).
+// A step's answers leave before its actor is gone: Stop does not return
+// while an answer handed to the answering goroutine is still being given
+// (the actor's goroutine waits for it in closeAnswers), and once it is
+// given, Stop returns and that goroutine has ended (goleak, in TestMain,
+// fails the package when an actor leaves it running).
 func TestStopGivesTheAnswersBesideFirst(t *testing.T) {
 	sys, steps := answerBesideSystem(t)
 	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the system's Stop: a failure must not hang it
 	given := make(chan answer, 1)
 	sys.Send("acme", &Message{Op: OpEnqueue, Body: &api.EnqueueRequest{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t"}}},
 		Reply: func(b any, e *api.Error) {
@@ -106,7 +112,10 @@ func TestStopGivesTheAnswersBesideFirst(t *testing.T) {
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- sys.Stop(context.Background()) }()
-	close(release)
+	if returned := waitBlockedIn(t, "actors.(*Actor).closeAnswers", stopped); returned {
+		t.Fatal("Stop returned while the step's answer was still being given")
+	}
+	free()
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
@@ -117,5 +126,32 @@ func TestStopGivesTheAnswersBesideFirst(t *testing.T) {
 		}
 	default:
 		t.Fatal("Stop returned before the step's answer was given")
+	}
+}
+
+// waitBlockedIn waits until a goroutine is blocked receiving from a
+// channel inside fn (its stack, as runtime.Stack shows it), and reports
+// false; or until done has a value first, and reports true (put back).
+// The goroutines' stacks are the one signal of "waits there": they are
+// looked at every millisecond.
+func waitBlockedIn(t *testing.T, fn string, done chan error) bool {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "[chan receive") && strings.Contains(g, fn+"(") {
+				return false
+			}
+		}
+		select {
+		case err := <-done:
+			done <- err
+			return true
+		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no goroutine blocked in %s within 10 s", fn)
+		}
 	}
 }
