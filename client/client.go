@@ -236,7 +236,7 @@ func (c *Client) Enqueue(ctx context.Context, job api.Job) (api.EnqueueResult, e
 // EnqueueMany enqueues jobs as one call: admitted or refused as a unit.
 func (c *Client) EnqueueMany(ctx context.Context, jobs []api.Job) ([]api.EnqueueResult, error) {
 	var reply api.EnqueueReply
-	if err := c.call(ctx, api.SubjectEnqueue, api.EnqueueRequest{Jobs: jobs}, &reply); err != nil {
+	if err := c.call(ctx, api.SubjectEnqueue, enqueueBody(jobs), &reply); err != nil {
 		return nil, err
 	}
 	return reply.Results, nil
