@@ -150,7 +150,9 @@ func NewService(ctx context.Context, nc *nats.Conn, nodeID string, sender Sender
 		name, subject string
 		h             func(inbound)
 	}{
-		{"enqueue", api.SubjectEnqueue, s.handle(actors.OpEnqueue, auth.ActEnqueue, func() validator { return &enqueueRequest{} })},
+		// Room for one job: most calls carry one, and the decoder would
+		// otherwise make room for four (about 1 KB a call).
+		{"enqueue", api.SubjectEnqueue, s.handle(actors.OpEnqueue, auth.ActEnqueue, func() validator { return &enqueueRequest{Jobs: make([]api.Job, 0, 1)} })},
 		{"claim", api.SubjectClaim, s.handle(actors.OpClaim, auth.ActClaim, func() validator { return &claimRequest{} })},
 		{"heartbeat", api.SubjectHeartbeat, s.handle(actors.OpHeartbeat, auth.ActHeartbeat, func() validator { return &heartbeatRequest{} })},
 		{"ack", api.SubjectAck, s.handle(actors.OpAck, auth.ActAck, func() validator { return &ackRequest{} })},
