@@ -869,3 +869,60 @@ func TestEnqueueReplyLetters(t *testing.T) {
 		t.Fatalf("holder missing: %v", err)
 	}
 }
+
+// The enqueue script asks only whether the first job of a group's
+// generated ids without keys is stored (scriptEnqueue, "Generated ids"):
+// such a job can exist only if this very group was written before. A
+// group sent again, whole or after a part of it was written, must still
+// write no job twice: each job it wrote comes back deduplicated, the
+// rest are enqueued, and the indexes stay exact.
+func TestAGroupSentAgainWritesNoJobTwice(t *testing.T) {
+	s := openTest(t, testserver.Redis(t))
+	ctx := t.Context()
+	now := time.Now()
+	n := 0
+	gen := func(queue string) store.NewJob {
+		n++
+		return store.NewJob{ID: fmt.Sprintf("0193a000-0000-7000-8000-%012x", n), Generated: true, Queue: queue, Task: "t", RunAt: now}
+	}
+	// Full and short items of generated ids, a generated id with a unique
+	// key and a client's id among them.
+	jobs := []store.NewJob{gen("a"), gen("a"), gen("b"), gen("b")}
+	keyed := gen("a")
+	keyed.UniqueKey = "u"
+	jobs = append(jobs, keyed, store.NewJob{ID: "client-1", Queue: "a", Task: "t", RunAt: now}, gen("a"), gen("c"))
+	enqueue := func(jobs []store.NewJob) []api.EnqueueResult {
+		t.Helper()
+		res, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: "acme", Now: now,
+			Calls: []store.EnqueueCall{{Jobs: jobs}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	outcomes := func(res []api.EnqueueResult) string {
+		var b strings.Builder
+		for _, r := range res {
+			b.WriteString(string(r.Outcome)[:1])
+		}
+		return b.String()
+	}
+
+	// A part written before (a run that failed after three items), then
+	// the whole group.
+	if got := outcomes(enqueue(jobs[:3])); got != "eee" {
+		t.Fatalf("the first part: %s, want eee", got)
+	}
+	if got := outcomes(enqueue(jobs)); got != "ddde"+"eeee" {
+		t.Fatalf("the group after a part of it was written: %s, want dddeeeee", got)
+	}
+	checkInvariants(t, s)
+	// The whole group again.
+	if got := outcomes(enqueue(jobs)); got != "dddd"+"dddd" {
+		t.Fatalf("the group sent again: %s, want dddddddd", got)
+	}
+	checkInvariants(t, s)
+	if c, err := s.JobCount(ctx, "acme"); err != nil || c.Pending != int64(len(jobs)) {
+		t.Fatalf("pending jobs: %v (%v), want %d", c, err, len(jobs))
+	}
+}

@@ -71,12 +71,19 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 			if hasPayload {
 				payload = j.Payload
 			}
+			jk, js := kind, short
+			if kind == "J" && j.Generated && !j.Keyed() {
+				// An id of ours, no key: the script asks whether the
+				// group's first such job is stored, not each one
+				// (scriptEnqueue, "Generated ids").
+				jk, js = "G", "g"
+			}
 			if last != nil && lastShed == c.ShedError && sharesSettings(last, j) {
-				args = append(args, short, j.ID, flag(hasPayload), payload)
+				args = append(args, js, j.ID, flag(hasPayload), payload)
 				continue
 			}
 			runAt := usStr(j.RunAt)
-			args = append(args, kind, j.ID, j.Queue, j.Task, flag(hasPayload), payload,
+			args = append(args, jk, j.ID, j.Queue, j.Task, flag(hasPayload), payload,
 				strconv.FormatInt(j.Priority, 10), runAt, strconv.FormatInt(j.MaxAttempts, 10),
 				j.UniqueKey, j.DebounceKey, flag(due(j.RunAt, p.Now)), runAt, orderPrefix(j.Priority, j.RunAt), c.ShedError)
 			last, lastShed = j, c.ShedError
