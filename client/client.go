@@ -27,8 +27,10 @@ import (
 
 // Client talks to FlexiQ nodes over one NATS connection.
 type Client struct {
-	nc    *nats.Conn
-	token string
+	nc *nats.Conn
+	// auth is every call's header, the token's, made once and shared by
+	// the calls: nats.go only reads a message's header as it publishes it.
+	auth nats.Header
 	// Timeout bounds a request whose context has no deadline (default
 	// 10 s).
 	Timeout time.Duration
@@ -62,7 +64,8 @@ var ErrConnectionLost = errors.New("connection to NATS lost before the reply")
 // New returns a client on nc authenticating with token. It watches nc's
 // status until nc closes (Close closes it).
 func New(nc *nats.Conn, token string) *Client {
-	c := &Client{nc: nc, token: token, Timeout: 10 * time.Second, watched: make(chan struct{})}
+	c := &Client{nc: nc, Timeout: 10 * time.Second, watched: make(chan struct{}),
+		auth: nats.Header{api.HeaderAuthorization: []string{"Bearer " + token}}}
 	c.replies.c = c
 	c.lost, c.drop = context.WithCancelCause(context.Background())
 	c.status = nc.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
@@ -175,9 +178,8 @@ func (c *Client) callWith(ctx context.Context, subject string, req, resp any, ho
 // it, else (or when nobody listens there any more: the node is gone) to
 // the plain subject any node takes.
 func (c *Client) request(w wait, subject string, data []byte) (*nats.Msg, error) {
-	auth := []string{"Bearer " + c.token}
 	if o := c.owner.Load(); o != nil {
-		msg := &nats.Msg{Subject: api.SubjectOwner(*o, subject), Data: data, Header: nats.Header{api.HeaderAuthorization: auth}}
+		msg := &nats.Msg{Subject: api.SubjectOwner(*o, subject), Data: data, Header: c.auth}
 		reply, err := c.replies.request(w, msg)
 		if !errors.Is(err, nats.ErrNoResponders) {
 			c.noteOwner(reply)
@@ -186,7 +188,7 @@ func (c *Client) request(w wait, subject string, data []byte) (*nats.Msg, error)
 		// Nobody took it, so nobody acted on it: send it again below.
 		c.owner.CompareAndSwap(o, nil)
 	}
-	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{api.HeaderAuthorization: auth}}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: c.auth}
 	reply, err := c.replies.request(w, msg)
 	c.noteOwner(reply)
 	return reply, err

@@ -69,3 +69,48 @@ func TestAnEnqueueRequestDecodesToTheJobsGiven(t *testing.T) {
 		t.Fatalf("decoded\n%+v\nfrom %s, want\n%+v", got.Jobs, data, jobs)
 	}
 }
+
+// Every call carries the token, from a header the calls share: calls made
+// at once (under -race) each arrive with it, and none changes it.
+func TestConcurrentCallsEachCarryTheToken(t *testing.T) {
+	srv := startNATS(t)
+	node, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	if _, err := node.Subscribe(api.SubjectEnqueue, func(m *nats.Msg) {
+		if got := m.Header.Get(api.HeaderAuthorization); got != "Bearer tok" {
+			_ = m.Respond([]byte(`{"error":{"code":"UNAUTHENTICATED","message":"` + got + `"}}`))
+			return
+		}
+		_ = m.Respond([]byte(`{"results":[{"id":"j1","outcome":"enqueued"}]}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Connect(srv.ClientURL(), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	errs := make(chan error, 16)
+	for range 16 {
+		go func() {
+			var err error
+			for range 50 {
+				if _, err = c.Enqueue(context.Background(), api.Job{Queue: "q", Task: "t"}); err != nil {
+					break
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range 16 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
