@@ -17,21 +17,11 @@ import (
 // api.Job's own encoding (a job as the node shows it) has every field.
 func TestAnEnqueueSendsTheFieldsAJobSets(t *testing.T) {
 	srv := startNATS(t)
-	node, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Close()
 	sent := make(chan []byte, 1)
-	if _, err := node.Subscribe(api.SubjectEnqueue, func(m *nats.Msg) {
+	answering(t, srv, map[string]nats.MsgHandler{api.SubjectEnqueue: func(m *nats.Msg) {
 		sent <- m.Data
 		_ = m.Respond([]byte(`{"results":[{"id":"j1","outcome":"enqueued"}]}`))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := node.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	}})
 	c, err := Connect(srv.ClientURL(), "tok")
 	if err != nil {
 		t.Fatal(err)
@@ -74,23 +64,13 @@ func TestAnEnqueueRequestDecodesToTheJobsGiven(t *testing.T) {
 // at once (under -race) each arrive with it, and none changes it.
 func TestConcurrentCallsEachCarryTheToken(t *testing.T) {
 	srv := startNATS(t)
-	node, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Close()
-	if _, err := node.Subscribe(api.SubjectEnqueue, func(m *nats.Msg) {
+	answering(t, srv, map[string]nats.MsgHandler{api.SubjectEnqueue: func(m *nats.Msg) {
 		if got := m.Header.Get(api.HeaderAuthorization); got != "Bearer tok" {
 			_ = m.Respond([]byte(`{"error":{"code":"UNAUTHENTICATED","message":"` + got + `"}}`))
 			return
 		}
 		_ = m.Respond([]byte(`{"results":[{"id":"j1","outcome":"enqueued"}]}`))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := node.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	}})
 	c, err := Connect(srv.ClientURL(), "tok")
 	if err != nil {
 		t.Fatal(err)
