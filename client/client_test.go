@@ -254,6 +254,48 @@ func TestCallEndsAtItsTimeoutOrItsDeadline(t *testing.T) {
 	}
 }
 
+// Calls take their timers from a pool: a timer used before, by a call
+// that timed out or by one that was answered, times the next call that
+// takes it by that call's own timeout.
+func TestATimerUsedAgainTimesItsOwnCall(t *testing.T) {
+	srv := startNATS(t)
+	answering(t, srv, map[string]nats.MsgHandler{
+		api.SubjectClaim: func(*nats.Msg) {}, // never answers
+		api.SubjectEnqueue: func(m *nats.Msg) {
+			_ = m.Respond([]byte(`{"results":[{"id":"j","outcome":"enqueued"}]}`))
+		},
+	})
+	c, err := Connect(srv.ClientURL(), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	claim := func() error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Claim(context.Background(), api.ClaimRequest{Queues: []string{"q"}, Max: 1})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("a call past its timeout still waits after 10 s: its timer was not set again")
+			return nil
+		}
+	}
+	for round := range 3 {
+		c.Timeout = 20 * time.Millisecond
+		if err := claim(); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("round %d: an unanswered call: %v, want context.DeadlineExceeded", round, err)
+		}
+		c.Timeout = time.Hour
+		if _, err := c.Enqueue(context.Background(), api.Job{Queue: "q", Task: "t"}); err != nil {
+			t.Fatalf("round %d: an answered call after one that timed out: %v", round, err)
+		}
+	}
+}
+
 // A reply naming its namespace's owner sends the next call straight to the
 // owner's subject; when nobody listens there any more (the owner is gone:
 // the server answers "no responders" on the call's reply subject), the

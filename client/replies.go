@@ -36,6 +36,11 @@ type replies struct {
 	sub    *nats.Subscription
 	err    error
 
+	// timers are the calls' timeouts, used again: a call stops its timer
+	// before it goes back, and a stopped timer's channel holds nothing
+	// stale (Go 1.23 on), so the call that resets it next waits afresh.
+	timers sync.Pool
+
 	mu   sync.Mutex
 	next uint64
 	// waiting holds a channel for each call in flight; nil for a claim
@@ -90,8 +95,16 @@ func (r *replies) request(w wait, msg *nats.Msg) (*nats.Msg, error) {
 	}
 	var expired <-chan time.Time
 	if w.timeout > 0 {
-		t := time.NewTimer(w.timeout)
-		defer t.Stop()
+		t, _ := r.timers.Get().(*time.Timer)
+		if t == nil {
+			t = time.NewTimer(w.timeout)
+		} else {
+			t.Reset(w.timeout)
+		}
+		defer func() {
+			t.Stop()
+			r.timers.Put(t)
+		}()
 		expired = t.C
 	}
 	var err error
