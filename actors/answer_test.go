@@ -49,23 +49,32 @@ func stepTaking(t *testing.T, steps <-chan stepReport, what string) {
 	}
 }
 
+// sendHeld sends an enqueue of job id to acme whose answer, once the
+// actor gives it, is held in its Reply until free is called: entered is
+// closed as the answer is being given, and given then gets it. free is
+// also called as the test ends, before the system's Stop, so that a
+// failure does not hang it.
+func sendHeld(t *testing.T, sys *System, id string) (entered <-chan struct{}, given <-chan answer, free func()) {
+	in, release, out := make(chan struct{}), make(chan struct{}), make(chan answer, 1)
+	var once sync.Once
+	free = func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	sys.Send("acme", &Message{Op: OpEnqueue, Body: &api.EnqueueRequest{Jobs: []api.Job{{ID: id, Queue: "q", Task: "t"}}},
+		Reply: func(b any, e *api.Error) {
+			close(in)
+			<-release
+			out <- answer{b, e}
+		}})
+	return in, out, free
+}
+
 // With AnswerBeside, giving a step's answers does not hold the actor: while
 // the first call's answer is still being given, the actor takes and writes
 // the next call. Each answer is given, in order, and the calls' jobs are
 // stored.
 func TestAnswersBesideLetTheNextStepGoOn(t *testing.T) {
 	sys, steps := answerBesideSystem(t)
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(free) // before the system's Stop: a failure must not hang it
-	first := make(chan answer, 1)
-	sys.Send("acme", &Message{Op: OpEnqueue, Body: &api.EnqueueRequest{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t"}}},
-		Reply: func(b any, e *api.Error) {
-			close(entered)
-			<-release
-			first <- answer{b, e}
-		}})
+	entered, first, free := sendHeld(t, sys, "a")
 	stepTaking(t, steps, "the first call")
 	<-entered // its answer is being given, and held there
 
@@ -98,16 +107,7 @@ func TestAnswersBesideLetTheNextStepGoOn(t *testing.T) {
 // fails the package when an actor leaves it running).
 func TestStopGivesTheAnswersBesideFirst(t *testing.T) {
 	sys, steps := answerBesideSystem(t)
-	release := make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(free) // before the system's Stop: a failure must not hang it
-	given := make(chan answer, 1)
-	sys.Send("acme", &Message{Op: OpEnqueue, Body: &api.EnqueueRequest{Jobs: []api.Job{{ID: "a", Queue: "q", Task: "t"}}},
-		Reply: func(b any, e *api.Error) {
-			<-release
-			given <- answer{b, e}
-		}})
+	_, given, free := sendHeld(t, sys, "a")
 	stepTaking(t, steps, "the call")
 
 	stopped := make(chan error, 1)
