@@ -276,7 +276,11 @@ func TestRetentionTTLAndCeilingsConvergeInBatches(t *testing.T) {
 			if _, err := st.JobEnqueueMany(ctxb, store.JobEnqueueManyParams{Namespace: ns, Now: base, Calls: []store.EnqueueCall{{Jobs: jobs}}}); err != nil {
 				t.Fatal(err)
 			}
-			claimed, err := st.JobClaimMany(ctxb, store.JobClaimManyParams{Namespace: ns, Now: base, Claims: []store.ClaimSpec{{Queues: []string{"q"}, Max: n, LeaseUntil: base.Add(time.Hour)}}})
+			// The leases run an hour past the test's start: a lease that
+			// ran out meanwhile (base + 1 h was the start itself) would be
+			// taken back by the node's sweep of expired leases while the
+			// loop below completes the jobs, and its completion refused.
+			claimed, err := st.JobClaimMany(ctxb, store.JobClaimManyParams{Namespace: ns, Now: base, Claims: []store.ClaimSpec{{Queues: []string{"q"}, Max: n, LeaseUntil: time.Now().Add(time.Hour)}}})
 			if err != nil {
 				t.Fatal(err)
 			}
