@@ -110,8 +110,8 @@ func (n *Node) startCluster(ctx context.Context) error {
 		OnMembers: func(members []store.Member) {
 			// A job record format newer than some live node reads waits
 			// until every node reads it (a rolling upgrade).
-			if c, ok := n.Store.(compactor); ok {
-				c.SetCompactJobs(store.EveryMemberReads(members, store.JobFormatOrderKey))
+			if f, ok := n.Store.(jobFormatter); ok {
+				f.SetJobFormat(store.FormatEveryMemberReads(members))
 			}
 		},
 		OnGained: func(parts []int) { n.adopt.add(parts, false) },
@@ -136,9 +136,9 @@ func (n *Node) startCluster(ctx context.Context) error {
 	return nil
 }
 
-// compactor is a store that writes a compact job record once every node
-// on it reads that (the Redis store, store.JobFormatOrderKey).
-type compactor interface{ SetCompactJobs(on bool) }
+// jobFormatter is a store that writes a newer job record format once
+// every node on it reads that (the Redis store, store.JobFormat).
+type jobFormatter interface{ SetJobFormat(format int) }
 
 // reachable tells whether another node takes calls on this node's bus
 // now: its embedded server knows the member's internal subscription,

@@ -70,24 +70,30 @@ type MemberInfo struct {
 
 // Job record formats. JobFormat is the newest one this build reads and
 // may write. A store writes a format only while every live member reads
-// it (EveryMemberReads), so that nodes of two builds can share a store
+// it (FormatEveryMemberReads), so that nodes of two builds can share a store
 // during a rolling upgrade; it reads every older one.
 const (
 	// JobFormatOrderKey: a Redis job hash may keep its order key (field
 	// ak) instead of its whole dispatch-order member (am).
 	JobFormatOrderKey = 1
+	// JobFormatLean: a Redis job hash written at enqueue also leaves out
+	// what its key and its order key hold (namespace, id, priority) and
+	// the attempt of a job never claimed (0). Four fields fewer of about
+	// thirteen: Redis's time for a batched enqueue, its bottleneck, falls
+	// by a tenth.
+	JobFormatLean = 2
 
-	JobFormat = JobFormatOrderKey
+	JobFormat = JobFormatLean
 )
 
-// EveryMemberReads says whether every member reads job records of format.
-func EveryMemberReads(members []Member, format int) bool {
+// FormatEveryMemberReads is the newest job record format every member
+// reads, at most this build's (JobFormat).
+func FormatEveryMemberReads(members []Member) int {
+	f := JobFormat
 	for _, m := range members {
-		if m.Info.JobFormat < format {
-			return false
-		}
+		f = min(f, m.Info.JobFormat)
 	}
-	return true
+	return f
 }
 
 // Member is a live node.

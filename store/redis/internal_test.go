@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,9 +31,20 @@ func openTest(t testing.TB, url string) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetCompactJobs(true)
+	s.SetJobFormat(store.JobFormat)
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// splitJobKey is the namespace and id of a job key after its prefix and
+// "j:": <len(namespace)>:<namespace>:<id>.
+func splitJobKey(k string) (namespace, id string, ok bool) {
+	n, rest, ok := strings.Cut(k, ":")
+	l, err := strconv.Atoi(n)
+	if !ok || err != nil || l < 0 || len(rest) < l+1 || rest[l] != ':' {
+		return "", "", false
+	}
+	return rest[:l], rest[l+1:], true
 }
 
 // checkInvariants reads every key of s and checks that the indexes are
@@ -67,14 +79,26 @@ func checkInvariants(t testing.TB, s *Store) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			j, err := jobFromMap(m)
+			ns, id, ok := splitJobKey(strings.TrimPrefix(rest, "j:"))
+			if !ok {
+				t.Fatalf("job key %q is not j:<len>:<namespace>:<id>", k)
+			}
+			// A hash holds its namespace, id and priority, or none of
+			// them (a lean hash: store.JobFormatLean; its order key, ak
+			// or am, checked below, holds the priority).
+			full := m["namespace"] != "" && m["id"] != "" && m["priority"] != ""
+			if lean := m["namespace"] == "" && m["id"] == "" && m["priority"] == ""; full == lean {
+				t.Errorf("%s: namespace %q, id %q, priority %q: want all three or none", k, m["namespace"], m["id"], m["priority"])
+			}
+			if full && (m["namespace"] != ns || m["id"] != id) {
+				t.Errorf("job %s/%s stored under %q", m["namespace"], m["id"], k)
+			}
+			m["id"] = id
+			j, err := jobFromMap(m, ns)
 			if err != nil {
 				t.Fatalf("%s: %v", k, err)
 			}
 			E := enc(j.Namespace)
-			if k != s.p+"j:"+E+":"+j.ID {
-				t.Errorf("job %s/%s stored under %q", j.Namespace, j.ID, k)
-			}
 			seq := strconv.FormatInt(j.Seq, 10)
 			sh := hex16(uint64(j.Seq)) + j.ID
 			add(s.p+"st:"+E+":"+string(j.Status), j.ID, seq)
@@ -255,9 +279,10 @@ func (d *differ) ms(lo, hi int) time.Duration {
 func (d *differ) step(i int) {
 	t, ctx := d.t, d.t.Context()
 	d.now = d.now.Add(d.ms(0, 3000))
-	// As if a node of an older build came and went: job hashes are then
-	// written with their whole member (am), not their order key (ak).
-	d.rs.SetCompactJobs(d.r.IntN(3) > 0)
+	// As if nodes of older builds came and went: job hashes are then
+	// written with their whole member (am, format 0) or in full (1); 3
+	// asks for more than this build writes, which is 2.
+	d.rs.SetJobFormat(d.r.IntN(store.JobFormat + 2))
 	ns := d.pick(diffNS)
 	switch k := d.r.IntN(100); {
 	case k < 40:
@@ -400,8 +425,9 @@ func (d *differ) step(i int) {
 }
 
 // makeLegacy rewrites one job hash of ns the way a store from before the
-// order key (ak) wrote it, with its whole dispatch-order member (am), so
-// that every later operation meets such hashes too.
+// order key (ak) wrote it, with its whole dispatch-order member (am) and
+// every field a lean hash leaves out, so that every later operation meets
+// such hashes too.
 func (d *differ) makeLegacy(ns string) {
 	ctx, c := d.t.Context(), d.rs.c
 	keys, err := c.Keys(ctx, d.rs.p+"j:"+enc(ns)+":*").Result()
@@ -411,7 +437,7 @@ func (d *differ) makeLegacy(ns string) {
 	slices.Sort(keys)
 	d.r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 	for _, k := range keys {
-		m, err := c.HMGet(ctx, k, "ak", "seq", "task", "id").Result()
+		m, err := c.HMGet(ctx, k, "ak", "seq", "task").Result()
 		if err != nil {
 			d.t.Fatal(err)
 		}
@@ -422,11 +448,17 @@ func (d *differ) makeLegacy(ns string) {
 		if err != nil {
 			d.t.Fatal(err)
 		}
-		task, id := m[2].(string), m[3].(string)
-		am := m[0].(string) + hex16(seq) + fmt.Sprintf("%04x", len(task)) + task + id
+		_, id, _ := splitJobKey(strings.TrimPrefix(k, d.rs.p+"j:"))
+		ak, task := m[0].(string), m[2].(string)
+		am := ak + hex16(seq) + fmt.Sprintf("%04x", len(task)) + task + id
+		prio, err := priorityOf(map[string]string{"ak": ak})
+		if err != nil {
+			d.t.Fatal(err)
+		}
 		if _, err := c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 			p.HDel(ctx, k, "ak")
-			p.HSet(ctx, k, "am", am)
+			p.HSet(ctx, k, "am", am, "namespace", ns, "id", id, "priority", prio)
+			p.HSetNX(ctx, k, "attempt", 0)
 			return nil
 		}); err != nil {
 			d.t.Fatal(err)
@@ -775,49 +807,101 @@ func TestSmallJobsStayCompact(t *testing.T) {
 	checkInvariants(t, s)
 }
 
-// While a node of an older build shares the store, every job hash is
-// written as it reads them: with its whole dispatch-order member (am),
-// never the order key (ak) alone.
-func TestHashesAnOlderNodeReads(t *testing.T) {
-	s := openTest(t, testserver.Redis(t))
-	s.SetCompactJobs(false)
-	ctx := t.Context()
+// Every job record format (store.JobFormat) writes the hashes its nodes
+// read, and reads back the same jobs: format 0 (a node built before
+// formats were told) the whole dispatch-order member am; 1 the order key
+// ak; 2 (lean) also leaves out, at enqueue, the namespace, id, priority
+// and the attempt of a job never claimed.
+func TestJobHashFormats(t *testing.T) {
+	url := testserver.Redis(t)
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	enqueue := func(jobs ...store.NewJob) {
-		t.Helper()
-		if _, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: "ns", Now: now, Calls: []store.EnqueueCall{{Jobs: jobs}}}); err != nil {
-			t.Fatal(err)
-		}
+	ids := []string{"a", "b", "d", "e", "f"}
+	var first []store.Job // what format 0 reads back
+	for format := range store.JobFormat + 1 {
+		t.Run(fmt.Sprintf("format=%d", format), func(t *testing.T) {
+			s := openTest(t, url)
+			s.SetJobFormat(format)
+			ctx := t.Context()
+			enqueue := func(jobs ...store.NewJob) {
+				t.Helper()
+				if _, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: "ns", Now: now, Calls: []store.EnqueueCall{{Jobs: jobs}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			enqueue(store.NewJob{ID: "a", Queue: "q", Task: "t", RunAt: now}, store.NewJob{ID: "b", Queue: "q", Task: "t", RunAt: now},
+				store.NewJob{ID: "d", Queue: "q", Task: "t", RunAt: now.Add(time.Minute), DebounceKey: "k"},
+				store.NewJob{ID: "e", Queue: "q", Task: "t", RunAt: now.Add(time.Hour), Priority: -7, Payload: []byte(`{"x":1}`)})
+			enqueue(store.NewJob{ID: "d2", Queue: "q", Task: "t", RunAt: now.Add(-time.Second), DebounceKey: "k"}) // coalesces into d
+			got, err := s.JobClaimMany(ctx, store.JobClaimManyParams{Namespace: "ns", Now: now,
+				Claims: []store.ClaimSpec{{Queues: []string{"q"}, Max: 3, LeaseUntil: now.Add(time.Minute)}}})
+			if err != nil || len(got[0]) != 3 {
+				t.Fatalf("claim: %v, %v", got, err)
+			}
+			for _, j := range got[0] {
+				if j.Namespace != "ns" || !slices.Contains(ids, j.ID) || j.Attempt != 1 {
+					t.Errorf("claimed job %s/%s, attempt %d; want ns/<a, b or d>, attempt 1", j.Namespace, j.ID, j.Attempt)
+				}
+			}
+			ups := []store.JobUpdate{
+				{ID: got[0][0].ID, Attempt: 1, Kind: store.UpdateRetry, RunAt: now},
+				{ID: got[0][1].ID, Attempt: 1, Kind: store.UpdateDead, Error: "boom"},
+				{ID: got[0][2].ID, Attempt: 1, Kind: store.UpdateRelease},
+			}
+			if _, err := s.JobUpdateMany(ctx, store.JobUpdateManyParams{Namespace: "ns", Now: now, Updates: ups}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: "ns", Now: now, Calls: []store.EnqueueCall{{ReplayIDs: []string{got[0][1].ID}}}}); err != nil {
+				t.Fatal(err)
+			}
+			enqueue(store.NewJob{ID: "f", Queue: "q", Task: "t", RunAt: now, Priority: 1 << 40, MaxAttempts: 3})
+
+			for _, id := range ids {
+				m, err := s.c.HGetAll(ctx, s.p+"j:"+enc("ns")+":"+id).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ak := m["ak"]; ak != (format >= store.JobFormatOrderKey) || (m["am"] != "") == ak {
+					t.Errorf("job %s (%s) holds ak %q, am %q; format %d wants only %s", id, m["status"], m["ak"], m["am"], format, map[bool]string{true: "ak", false: "am"}[format >= store.JobFormatOrderKey])
+				}
+				// e and f were never claimed: a lean hash has none of
+				// these; the others were claimed and have an attempt.
+				lean := format >= store.JobFormatLean
+				for _, f := range []string{"namespace", "id", "priority", "attempt"} {
+					_, has := m[f]
+					want := !lean || (f == "attempt" && id != "e" && id != "f")
+					if has != want {
+						t.Errorf("job %s (format %d): field %s there %t, want %t", id, format, f, has, want)
+					}
+				}
+			}
+			var back []store.Job
+			for _, id := range ids {
+				j, err := s.JobGet(ctx, "ns", id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				back = append(back, j)
+			}
+			if back[3].Priority != -7 || back[4].Priority != 1<<40 || back[3].Namespace != "ns" || back[3].ID != "e" || back[3].Attempt != 0 {
+				t.Errorf("job e read back as %s/%s priority %d attempt %d, f priority %d; want ns/e -7 0, 1<<40", back[3].Namespace, back[3].ID, back[3].Priority, back[3].Attempt, back[4].Priority)
+			}
+			listed, err := s.JobList(ctx, store.JobListParams{Namespace: "ns", Status: api.StatusPending})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range listed {
+				if i := slices.Index(ids, l.ID); i < 0 || !reflect.DeepEqual(l, back[i]) {
+					t.Errorf("listed %+v, read %+v", l, back[max(i, 0)])
+				}
+			}
+			if format == 0 {
+				first = back
+			} else if first != nil && !reflect.DeepEqual(back, first) {
+				t.Errorf("format %d reads back\n%+v\nformat 0 read\n%+v", format, back, first)
+			}
+			checkInvariants(t, s)
+		})
 	}
-	enqueue(store.NewJob{ID: "a", Queue: "q", Task: "t", RunAt: now}, store.NewJob{ID: "b", Queue: "q", Task: "t", RunAt: now},
-		store.NewJob{ID: "d", Queue: "q", Task: "t", RunAt: now.Add(time.Minute), DebounceKey: "k"})
-	enqueue(store.NewJob{ID: "d2", Queue: "q", Task: "t", RunAt: now.Add(-time.Second), DebounceKey: "k"}) // coalesces into d
-	got, err := s.JobClaimMany(ctx, store.JobClaimManyParams{Namespace: "ns", Now: now,
-		Claims: []store.ClaimSpec{{Queues: []string{"q"}, Max: 3, LeaseUntil: now.Add(time.Minute)}}})
-	if err != nil || len(got[0]) != 3 {
-		t.Fatalf("claim: %v, %v", got, err)
-	}
-	ups := []store.JobUpdate{
-		{ID: got[0][0].ID, Attempt: 1, Kind: store.UpdateRetry, RunAt: now},
-		{ID: got[0][1].ID, Attempt: 1, Kind: store.UpdateDead, Error: "boom"},
-		{ID: got[0][2].ID, Attempt: 1, Kind: store.UpdateRelease},
-	}
-	if _, err := s.JobUpdateMany(ctx, store.JobUpdateManyParams{Namespace: "ns", Now: now, Updates: ups}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: "ns", Now: now, Calls: []store.EnqueueCall{{ReplayIDs: []string{got[0][1].ID}}}}); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"a", "b", "d"} {
-		m, err := s.c.HGetAll(ctx, s.p+"j:"+enc("ns")+":"+id).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := m["ak"]; ok || m["am"] == "" {
-			t.Errorf("job %s (%s) holds ak %q, am %q; want only am", id, m["status"], m["ak"], m["am"])
-		}
-	}
-	checkInvariants(t, s)
 }
 
 // A claim group's first three conflicts re-plan at once; from the fourth

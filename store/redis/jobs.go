@@ -40,7 +40,7 @@ func (s *Store) JobEnqueueMany(ctx context.Context, p store.JobEnqueueManyParams
 	}
 	now, nowUs := nsStr(p.Now), usStr(p.Now)
 	args := make([]any, 0, 6+n*enqueueShortNF)
-	args = append(args, enc(p.Namespace), p.Namespace, now, nowUs, runAtKey(p.Now), flag(s.compact.Load()))
+	args = append(args, enc(p.Namespace), p.Namespace, now, nowUs, runAtKey(p.Now), s.formatArg())
 	// last is the job of the last full item: a job after it that shares
 	// its settings goes as a short item (scriptEnqueue).
 	var last *store.NewJob
@@ -316,7 +316,7 @@ func (s *Store) JobClaimMany(ctx context.Context, p store.JobClaimManyParams) ([
 		if len(a) != 1+plan.n {
 			return nil, wrap(op, fmt.Errorf("claimed %d jobs of %d", len(a)-1, plan.n))
 		}
-		jobs, err := jobsFrom(a[1:])
+		jobs, err := jobsFrom(a[1:], p.Namespace)
 		if err != nil {
 			return nil, wrap(op, err)
 		}
@@ -354,7 +354,7 @@ func (s *Store) claimHead(ctx context.Context, E string, p *store.JobClaimManyPa
 		if head, _ := toString(a[0]); head == "more" {
 			continue // another chunk of due scheduled jobs to make available
 		}
-		jobs, err := jobsFrom(a[1:])
+		jobs, err := jobsFrom(a[1:], p.Namespace)
 		if err != nil {
 			return nil, err
 		}
@@ -514,7 +514,7 @@ func (s *Store) planClaim(ctx context.Context, E string, p store.JobClaimManyPar
 func (s *Store) JobUpdateMany(ctx context.Context, p store.JobUpdateManyParams) ([]bool, error) {
 	const op = "JobUpdateMany"
 	args := make([]any, 0, 4+updateNF*len(p.Updates))
-	args = append(args, enc(p.Namespace), nsStr(p.Now), usStr(p.Now), flag(s.compact.Load()))
+	args = append(args, enc(p.Namespace), nsStr(p.Now), usStr(p.Now), s.formatArg())
 	for i, u := range p.Updates {
 		var kind string
 		switch u.Kind {
@@ -576,7 +576,8 @@ func (s *Store) JobGet(ctx context.Context, namespace, id string) (store.Job, er
 	if len(m) == 0 {
 		return store.Job{}, fmt.Errorf("job %q: %w", id, store.ErrNotFound)
 	}
-	j, err := jobFromMap(m)
+	m["id"] = id // a lean hash leaves it to the key
+	j, err := jobFromMap(m, namespace)
 	return j, wrap("JobGet", err)
 }
 
@@ -610,7 +611,7 @@ func (s *Store) JobList(ctx context.Context, p store.JobListParams) ([]store.Job
 	if err != nil {
 		return nil, wrap(op, err)
 	}
-	jobs, err := jobsFrom(v)
+	jobs, err := jobsFrom(v, p.Namespace)
 	return jobs, wrap(op, err)
 }
 
@@ -687,7 +688,7 @@ func (s *Store) JobListRunning(ctx context.Context, namespace string) ([]store.J
 	if err != nil {
 		return nil, wrap("JobListRunning", err)
 	}
-	jobs, err := jobsFrom(v)
+	jobs, err := jobsFrom(v, namespace)
 	return jobs, wrap("JobListRunning", err)
 }
 
@@ -734,7 +735,7 @@ func (s *Store) JobListDeadRetryable(ctx context.Context, p store.JobListDeadRet
 	if err != nil {
 		return nil, wrap("JobListDeadRetryable", err)
 	}
-	jobs, err := jobsFrom(v)
+	jobs, err := jobsFrom(v, p.Namespace)
 	return jobs, wrap("JobListDeadRetryable", err)
 }
 

@@ -86,10 +86,15 @@
 // kept: it would be the one value of a small job over Redis's
 // hash-max-listpack-value (64 by default), which makes Redis store the
 // hash as a hash table, twice the memory and slower to write. While a
-// node of an older build shares the store (Store.SetCompactJobs) the
+// node of an older build shares the store (Store.SetJobFormat) the
 // hashes are written with the whole member (field am) instead, which is
 // also what a hash written before ak holds until its order next changes;
-// every script reads both. Other scores are microseconds (exact in a
+// every script reads both. A lean hash (store.JobFormatLean, once every
+// node reads it) leaves out, at enqueue, its namespace and id (its key
+// holds them: scripts return a hash with its id, jobOf), its priority
+// (the order key's first part) and its attempt until a claim sets it:
+// Redis writes a new hash field by field, and these were four of about
+// thirteen. Other scores are microseconds (exact in a
 // double until the year 2255) or Seq; due checks and retention cut-offs
 // are therefore exact to the microsecond, the precision the store
 // contract asks for. A run_at
@@ -158,18 +163,22 @@ type Store struct {
 	claimMu   [64]sync.Mutex
 	claimSeed maphash.Seed
 
-	// compact: job hashes are written in store.JobFormatOrderKey, keeping
-	// their order key (ak) rather than their whole member (am). Off until
-	// SetCompactJobs, so a node of this build writes what an older node
-	// on the same store reads.
-	compact atomic.Bool
+	// format is the job record format job hashes are written in
+	// (store.JobFormat): 0 until SetJobFormat, so a node of this build
+	// writes what a node of any older build on the same store reads.
+	format atomic.Int32
 }
 
-// SetCompactJobs says whether job hashes may be written in the compact
-// form of store.JobFormatOrderKey (the order key ak, not the whole
-// member am): only while every node on the store reads it
-// (store.EveryMemberReads). Either form is read.
-func (s *Store) SetCompactJobs(on bool) { s.compact.Store(on) }
+// SetJobFormat says which job record format job hashes may be written
+// in: at most the newest every node on the store reads
+// (store.FormatEveryMemberReads), and at most this build's. Every
+// format is read.
+func (s *Store) SetJobFormat(format int) {
+	s.format.Store(int32(min(max(format, 0), store.JobFormat)))
+}
+
+// formatArg is the job record format as scripts take it.
+func (s *Store) formatArg() string { return strconv.Itoa(int(s.format.Load())) }
 
 var _ store.Store = (*Store)(nil)
 
@@ -336,6 +345,26 @@ func orderPrefix(priority int64, runAt time.Time) string {
 	return hex16(^(uint64(priority) ^ signBit)) + runAtKey(runAt)
 }
 
+// priorityOf is a job hash's priority: its field priority or, in a lean
+// hash, the first part of its order key (ak, or a whole member am).
+func priorityOf(m map[string]string) (int64, error) {
+	if _, ok := m["priority"]; ok {
+		return intOf(m, "priority")
+	}
+	k := m["ak"]
+	if k == "" {
+		k = m["am"]
+	}
+	if len(k) < 16 {
+		return 0, fmt.Errorf("job hash has no priority and no order key (ak %q, am %q)", m["ak"], m["am"])
+	}
+	x, err := strconv.ParseUint(k[:16], 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("bad order key %q: %w", k, err)
+	}
+	return int64(^x ^ signBit), nil
+}
+
 // runAtKey is run_at's part of a dispatch-order member: run_at as stored
 // (to the microsecond) in Unix nanoseconds, sign bit flipped. Nanoseconds,
 // as before run_at_us, so members written then sort with today's. Only
@@ -445,10 +474,12 @@ func intOf(m map[string]string, k string) (int64, error) {
 	return n, nil
 }
 
-// jobFromMap reads a job hash.
-func jobFromMap(m map[string]string) (store.Job, error) {
+// jobFromMap reads job hash m of namespace, with its id (field id, which
+// scripts add: jobOf). A lean hash (store.JobFormatLean) has no
+// namespace, id, priority (its order key has it) or attempt while 0.
+func jobFromMap(m map[string]string, namespace string) (store.Job, error) {
 	j := store.Job{
-		Namespace:   m["namespace"],
+		Namespace:   namespace,
 		ID:          m["id"],
 		Queue:       m["queue"],
 		Task:        m["task"],
@@ -467,10 +498,13 @@ func jobFromMap(m map[string]string) (store.Job, error) {
 	for _, f := range []struct {
 		dst  *int64
 		name string
-	}{{&j.Seq, "seq"}, {&j.Priority, "priority"}, {&j.MaxAttempts, "max_attempts"}, {&j.Attempt, "attempt"}, {&j.DeadReplays, "dead_replays"}} {
+	}{{&j.Seq, "seq"}, {&j.MaxAttempts, "max_attempts"}, {&j.Attempt, "attempt"}, {&j.DeadReplays, "dead_replays"}} {
 		if *f.dst, err = intOf(m, f.name); err != nil {
 			return j, err
 		}
+	}
+	if j.Priority, err = priorityOf(m); err != nil {
+		return j, err
 	}
 	for _, f := range []struct {
 		dst  *time.Time
@@ -489,8 +523,8 @@ func jobFromMap(m map[string]string) (store.Job, error) {
 	return j, err
 }
 
-// jobsFrom reads an array of job hashes.
-func jobsFrom(v any) ([]store.Job, error) {
+// jobsFrom reads an array of job hashes of namespace.
+func jobsFrom(v any, namespace string) ([]store.Job, error) {
 	a, err := toSlice(v)
 	if err != nil {
 		return nil, err
@@ -501,7 +535,7 @@ func jobsFrom(v any) ([]store.Job, error) {
 		if err != nil {
 			return nil, err
 		}
-		j, err := jobFromMap(m)
+		j, err := jobFromMap(m, namespace)
 		if err != nil {
 			return nil, err
 		}

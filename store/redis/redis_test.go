@@ -27,20 +27,21 @@ func openPrefixed(t testing.TB, url string, faults store.Faults) *redisstore.Sto
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetCompactJobs(true)
+	s.SetJobFormat(store.JobFormat)
 	t.Cleanup(func() { s.Close() })
 	return s
 }
 
 // TestConformance runs the store suite; the subtests share one database,
-// each under a key prefix of its own. Every other store writes job hashes
-// as for a cluster that still has a node of an older build (not compact).
+// each under a key prefix of its own. The stores take turns at the job
+// record formats (store.JobFormat), as for a cluster that still has nodes
+// of older builds.
 func TestConformance(t *testing.T) {
 	url := testserver.Redis(t)
 	var n atomic.Int64
 	storetest.Exercise(t, func(t testing.TB, faults store.Faults) store.Store {
 		s := openPrefixed(t, url, faults)
-		s.SetCompactJobs(n.Add(1)%2 == 0)
+		s.SetJobFormat(int(n.Add(1) % (store.JobFormat + 1)))
 		return s
 	})
 }

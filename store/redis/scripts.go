@@ -212,6 +212,18 @@ local function promote(E, q, nowUs, chunk)
 	return #ids == chunk
 end
 
+-- jobOf is job id's hash as scripts return it: HGETALL's fields and
+-- values and, as a lean hash (store.JobFormatLean) leaves the id to its
+-- key, the id.
+local function jobOf(jk, id)
+	local h = redis.call('HGETALL', jk)
+	if #h > 0 then
+		h[#h + 1] = 'id'
+		h[#h + 1] = id
+	end
+	return h
+end
+
 -- claimJob marks the available job id (order member am of queue q)
 -- running under the lease and worker, and returns its hash.
 local function claimJob(E, id, q, am, leaseNs, leaseUs, worker)
@@ -229,7 +241,7 @@ local function claimJob(E, id, q, am, leaseNs, leaseUs, worker)
 	move(E, id, seq, 'pending', 'running')
 	zAdd(kRun(E), leaseUs, id)
 	release(E, id, nil, dk)
-	return redis.call('HGETALL', jk)
+	return jobOf(jk, id)
 end
 
 -- delJob removes a job and every index entry it has.
@@ -267,8 +279,9 @@ const (
 
 // scriptEnqueue writes a whole JobEnqueueMany group.
 // KEYS: the fence's lease, if any. ARGV: P, fence holder, fence epoch (see
-// checkFence), E, ns, now (ns), now (µs), now's run_at order key, compact
-// (1: write ak, see amOf), then items. A full item has enqueueNF fields:
+// checkFence), E, ns, now (ns), now (µs), now's run_at order key, job
+// record format (store.JobFormat: 1 writes ak, see amOf; 2 also leaves
+// out what the key and ak hold, see F), then items. A full item has enqueueNF fields:
 // kind (J new admitted, S new shed, R replay admitted, X replay shed), id,
 // queue, task, has payload, payload, priority, run_at (µs, the hash's
 // run_at_us), max_attempts, unique key, debounce key, due (1: available
@@ -294,7 +307,8 @@ const (
 var scriptEnqueue = newScript(`
 local fenced = checkFence()
 if fenced then return fenced end
-local E, ns, now, nowUs, nowRk, compact = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9] == '1'
+local E, ns, now, nowUs, nowRk, format = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
+local compact = format >= 1
 local SHED_META = '{"shed":"quota"}'
 local out, held = {}, {}
 local CODE = {enqueued = 'e', deduplicated = 'd', coalesced = 'c', shed = 's', [''] = '-'}
@@ -339,22 +353,40 @@ local function stored(kind, jk)
 	return redis.call('EXISTS', jk) == 1
 end
 
--- F is every new job's hash fields, made once: insert sets what differs
--- from job to job and returns how many of F's fields the job has; the
--- callers append the rest, and write unpack(F, 1, n).
-local F = {'namespace', ns, 'id', '', 'queue', '', 'task', '', 'priority', '', 'run_at_us', '',
-	'max_attempts', '', 'attempt', '0', 'status', '', 'created_at', now, 'seq', '', '', ''}
+-- F is every new job's hash fields, made once: fill sets what differs
+-- from job to job and insert returns how many of F's fields the job has;
+-- the callers append the rest, and write unpack(F, 1, n). A lean hash
+-- (store.JobFormatLean) leaves out what its key holds (namespace, id),
+-- what its order key ak holds (priority: its first 16 hex digits) and
+-- the attempt while it is 0: Redis writes each field of a new hash on
+-- its own, and these four were a third of a batched job's hash write.
+-- Readers add the id (jobOf) and the rest (jobFromMap).
+local F, fill
+if format >= 2 then
+	F = {'queue', '', 'task', '', 'run_at_us', '', 'max_attempts', '', 'status', '', 'created_at', now, 'seq', '', '', ''}
+	fill = function(id, q, task, prio, runAt, maxAtt, status, seq, of, ov)
+		F[2], F[4], F[6], F[8], F[10], F[14], F[15], F[16] = q, task, runAt, maxAtt, status, seq, of, ov
+		return 16
+	end
+else
+	F = {'namespace', ns, 'id', '', 'queue', '', 'task', '', 'priority', '', 'run_at_us', '',
+		'max_attempts', '', 'attempt', '0', 'status', '', 'created_at', now, 'seq', '', '', ''}
+	fill = function(id, q, task, prio, runAt, maxAtt, status, seq, of, ov)
+		F[4], F[6], F[8], F[10], F[12], F[14], F[18], F[22], F[23], F[24] = id, q, task, prio, runAt, maxAtt, status, seq, of, ov
+		return 24
+	end
+end
 local function insert(id, q, task, hasPl, pl, prio, runAt, maxAtt, pre, status)
 	nextSeq = nextSeq + 1
 	local seq = int(nextSeq)
 	local am = amOf(id, pre, nextSeq, task)
 	local of, ov = orderField(compact, pre, am)
-	F[4], F[6], F[8], F[10], F[12], F[14], F[18], F[22], F[23], F[24] = id, q, task, prio, runAt, maxAtt, status, seq, of, ov
+	local n = fill(id, q, task, prio, runAt, maxAtt, status, seq, of, ov)
 	if hasPl == '1' then
-		F[25], F[26] = 'payload', pl
-		return seq, am, 26
+		F[n + 1], F[n + 2] = 'payload', pl
+		return seq, am, n + 2
 	end
-	return seq, am, 24
+	return seq, am, n
 end
 
 -- The settings of the last full item, which short items share.
@@ -571,7 +603,8 @@ const updateNF = 13
 
 // scriptUpdate applies a JobUpdateMany group.
 // KEYS: the fence's lease, if any. ARGV: P, fence holder, fence epoch (see
-// checkFence), E, now (ns), now (µs), compact (1: write ak, see amOf),
+// checkFence), E, now (ns), now (µs), job record format (1 or more:
+// write ak, see amOf),
 // then per update: id, attempt, kind (C complete, R retry, D dead, X
 // extend, G release), has result, result, error, run_at
 // (µs), due, scheduled score, run_at order key, lease (ns), lease (µs),
@@ -580,7 +613,7 @@ const updateNF = 13
 var scriptUpdate = newScript(`
 local fenced = checkFence()
 if fenced then return fenced end
-local E, now, nowUs, compact = ARGV[4], ARGV[5], ARGV[6], ARGV[7] == '1'
+local E, now, nowUs, compact = ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]) >= 1
 local out = {}
 gather = true
 for b = 8, #ARGV - 12, 13 do -- updateNF fields an update
@@ -706,7 +739,7 @@ while limit == 0 or #out < limit do
 		local q, sh = unpack(redis.call('HMGET', jk, 'queue', 'shed'))
 		if (queue ~= '' and q ~= queue) or (shed == '1' and sh ~= '1') or (shed == '0' and sh == '1') then ok = false end
 	end
-	if ok then out[#out + 1] = redis.call('HGETALL', jk) end
+	if ok then out[#out + 1] = jobOf(jk, id) end
 end
 return out
 `)
@@ -716,7 +749,7 @@ var scriptListRunning = newReadScript(`
 local E = ARGV[2]
 local out = {}
 for _, id in ipairs(redis.call('ZRANGE', kRun(E), 0, -1)) do
-	out[#out + 1] = redis.call('HGETALL', kJob(E, id))
+	out[#out + 1] = jobOf(kJob(E, id), id)
 end
 return out
 `)
@@ -755,9 +788,10 @@ local off, PAGE = 0, 200
 while true do
 	local ms = redis.call('ZRANGEBYSCORE', kRt(E, q), '-inf', before, 'LIMIT', off, PAGE)
 	for _, m in ipairs(ms) do
-		local jk = kJob(E, string.sub(m, 17))
+		local id = string.sub(m, 17)
+		local jk = kJob(E, id)
 		if tonumber(redis.call('HGET', jk, 'dead_replays') or '0') < maxR then
-			out[#out + 1] = redis.call('HGETALL', jk)
+			out[#out + 1] = jobOf(jk, id)
 			if limit > 0 and #out >= limit then return out end
 		end
 	end
