@@ -17,9 +17,10 @@ import (
 // A node on Redis writes job hashes every live node on the store reads:
 // with their whole dispatch-order member (am) while a node built before
 // job formats were told is live, with the order key (ak) and every field
-// while the oldest live node reads store.JobFormatOrderKey, and lean
-// (store.JobFormatLean) once every live node reads that: a rolling
-// upgrade never leaves an older node a job it cannot read.
+// while the oldest live node reads store.JobFormatOrderKey, and lean,
+// without what it holds elsewhere or at its defaults (store.JobFormat),
+// once every live node reads that: a rolling upgrade never leaves an
+// older node a job it cannot read.
 func TestRedisJobHashesWaitForEveryNodeToReadThem(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		url := testserver.Redis(t)
@@ -104,8 +105,9 @@ func TestRedisJobHashesWaitForEveryNodeToReadThem(t *testing.T) {
 			t.Fatalf("with a node of format %d live the job hash is %v; want ak, not am, and every field", store.JobFormatOrderKey, m)
 		}
 		leave("old")
-		if m := enqueued(); m["ak"] == "" || m["am"] != "" || m["namespace"] != "" || m["id"] != "" || m["priority"] != "" || m["attempt"] != "" {
-			t.Fatalf("with every live node reading format %d the job hash is %v; want ak and no namespace, id, priority or attempt", store.JobFormatLean, m)
+		if m := enqueued(); m["ak"] == "" || m["am"] != "" || m["namespace"] != "" || m["id"] != "" || m["priority"] != "" || m["attempt"] != "" ||
+			m["max_attempts"] != "" || m["run_at_us"] != "" {
+			t.Fatalf("with every live node reading format %d the job hash is %v; want ak and no namespace, id, priority, attempt, max_attempts or run_at_us", store.JobFormat, m)
 		}
 		// And the node reads what it wrote: the job as enqueued.
 		j := job("q", "t")

@@ -437,7 +437,7 @@ func (d *differ) makeLegacy(ns string) {
 	slices.Sort(keys)
 	d.r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 	for _, k := range keys {
-		m, err := c.HMGet(ctx, k, "ak", "seq", "task").Result()
+		m, err := c.HMGet(ctx, k, "ak", "seq", "task", "created_at").Result()
 		if err != nil {
 			d.t.Fatal(err)
 		}
@@ -449,7 +449,7 @@ func (d *differ) makeLegacy(ns string) {
 			d.t.Fatal(err)
 		}
 		_, id, _ := splitJobKey(strings.TrimPrefix(k, d.rs.p+"j:"))
-		ak, task := m[0].(string), m[2].(string)
+		ak, task, created := m[0].(string), m[2].(string), m[3].(string)
 		am := ak + hex16(seq) + fmt.Sprintf("%04x", len(task)) + task + id
 		prio, err := priorityOf(map[string]string{"ak": ak})
 		if err != nil {
@@ -459,6 +459,8 @@ func (d *differ) makeLegacy(ns string) {
 			p.HDel(ctx, k, "ak")
 			p.HSet(ctx, k, "am", am, "namespace", ns, "id", id, "priority", prio)
 			p.HSetNX(ctx, k, "attempt", 0)
+			p.HSetNX(ctx, k, "max_attempts", 0)
+			p.HSetNX(ctx, k, "run_at_us", created[:len(created)-3]) // created_at (ns) cut to µs
 			return nil
 		}); err != nil {
 			d.t.Fatal(err)
@@ -811,11 +813,23 @@ func TestSmallJobsStayCompact(t *testing.T) {
 // read, and reads back the same jobs: format 0 (a node built before
 // formats were told) the whole dispatch-order member am; 1 the order key
 // ak; 2 (lean) also leaves out, at enqueue, the namespace, id, priority
-// and the attempt of a job never claimed.
+// and the attempt of a job never claimed; 3 also max_attempts while 0 and
+// run_at_us while it is the job's creation.
 func TestJobHashFormats(t *testing.T) {
 	url := testserver.Redis(t)
-	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	ids := []string{"a", "b", "d", "e", "f"}
+	now := time.Date(2026, 1, 1, 12, 0, 0, 123456789, time.UTC)
+	ids := []string{"a", "b", "d", "e", "f", "g"}
+	// The fields each format leaves out, job by job: from 2, what the
+	// key and the order key hold, and the attempt of e, f and g (never
+	// claimed); from 3, max_attempts while 0 (all but f) and run_at_us
+	// while it is the job's creation (b: released since, so still; f, g).
+	keyed := []string{"namespace", "id", "priority"}
+	unclaimed := append(slices.Clip(keyed), "attempt")
+	leftOut := map[int]map[string][]string{
+		store.JobFormatLean: {"a": keyed, "b": keyed, "d": keyed, "e": unclaimed, "f": unclaimed, "g": unclaimed},
+		store.JobFormatDefaults: {"a": {"max_attempts"}, "b": {"max_attempts", "run_at_us"}, "d": {"max_attempts"},
+			"e": {"max_attempts"}, "f": {"run_at_us"}, "g": {"max_attempts", "run_at_us"}},
+	}
 	var first []store.Job // what format 0 reads back
 	for format := range store.JobFormat + 1 {
 		t.Run(fmt.Sprintf("format=%d", format), func(t *testing.T) {
@@ -853,7 +867,8 @@ func TestJobHashFormats(t *testing.T) {
 			if _, err := s.JobEnqueueMany(ctx, store.JobEnqueueManyParams{Namespace: "ns", Now: now, Calls: []store.EnqueueCall{{ReplayIDs: []string{got[0][1].ID}}}}); err != nil {
 				t.Fatal(err)
 			}
-			enqueue(store.NewJob{ID: "f", Queue: "q", Task: "t", RunAt: now, Priority: 1 << 40, MaxAttempts: 3})
+			enqueue(store.NewJob{ID: "f", Queue: "q", Task: "t", RunAt: now, Priority: 1 << 40, MaxAttempts: 3},
+				store.NewJob{ID: "g", Queue: "q", Task: "t", RunAt: now})
 
 			for _, id := range ids {
 				m, err := s.c.HGetAll(ctx, s.p+"j:"+enc("ns")+":"+id).Result()
@@ -863,13 +878,12 @@ func TestJobHashFormats(t *testing.T) {
 				if _, ak := m["ak"]; ak != (format >= store.JobFormatOrderKey) || (m["am"] != "") == ak {
 					t.Errorf("job %s (%s) holds ak %q, am %q; format %d wants only %s", id, m["status"], m["ak"], m["am"], format, map[bool]string{true: "ak", false: "am"}[format >= store.JobFormatOrderKey])
 				}
-				// e and f were never claimed: a lean hash has none of
-				// these; the others were claimed and have an attempt.
-				lean := format >= store.JobFormatLean
-				for _, f := range []string{"namespace", "id", "priority", "attempt"} {
-					_, has := m[f]
-					want := !lean || (f == "attempt" && id != "e" && id != "f")
-					if has != want {
+				for _, f := range []string{"namespace", "id", "priority", "attempt", "max_attempts", "run_at_us"} {
+					want := true
+					for lf, out := range leftOut {
+						want = want && !(format >= lf && slices.Contains(out[id], f))
+					}
+					if _, has := m[f]; has != want {
 						t.Errorf("job %s (format %d): field %s there %t, want %t", id, format, f, has, want)
 					}
 				}
@@ -884,6 +898,12 @@ func TestJobHashFormats(t *testing.T) {
 			}
 			if back[3].Priority != -7 || back[4].Priority != 1<<40 || back[3].Namespace != "ns" || back[3].ID != "e" || back[3].Attempt != 0 {
 				t.Errorf("job e read back as %s/%s priority %d attempt %d, f priority %d; want ns/e -7 0, 1<<40", back[3].Namespace, back[3].ID, back[3].Priority, back[3].Attempt, back[4].Priority)
+			}
+			if g := back[5]; !g.RunAt.Equal(now.Truncate(time.Microsecond)) || g.MaxAttempts != 0 || back[4].MaxAttempts != 3 {
+				t.Errorf("job g read back with run_at %v, max_attempts %d (f's %d); want %v, 0 (3)", g.RunAt, g.MaxAttempts, back[4].MaxAttempts, now.Truncate(time.Microsecond))
+			}
+			if next, ok, err := s.JobNextRunAt(ctx, "ns", nil); err != nil || !ok || !next.Equal(now.Add(time.Hour).Truncate(time.Microsecond)) {
+				t.Errorf("next run_at %v, %t, %v; want e's, %v", next, ok, err, now.Add(time.Hour))
 			}
 			listed, err := s.JobList(ctx, store.JobListParams{Namespace: "ns", Status: api.StatusPending})
 			if err != nil {

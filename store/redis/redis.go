@@ -92,9 +92,10 @@
 // every script reads both. A lean hash (store.JobFormatLean, once every
 // node reads it) leaves out, at enqueue, its namespace and id (its key
 // holds them: scripts return a hash with its id, jobOf), its priority
-// (the order key's first part) and its attempt until a claim sets it:
-// Redis writes a new hash field by field, and these were four of about
-// thirteen. Other scores are microseconds (exact in a
+// (the order key's first part) and its attempt until a claim sets it,
+// and from store.JobFormatDefaults its max_attempts while 0 and its
+// run_at_us while it is its creation: Redis writes a new hash field by
+// field, and these were six of about thirteen. Other scores are microseconds (exact in a
 // double until the year 2255) or Seq; due checks and retention cut-offs
 // are therefore exact to the microsecond, the precision the store
 // contract asks for. A run_at
@@ -476,7 +477,9 @@ func intOf(m map[string]string, k string) (int64, error) {
 
 // jobFromMap reads job hash m of namespace, with its id (field id, which
 // scripts add: jobOf). A lean hash (store.JobFormatLean) has no
-// namespace, id, priority (its order key has it) or attempt while 0.
+// namespace, id, priority (its order key has it) or attempt while 0; from
+// store.JobFormatDefaults no max_attempts while 0 and no run_at_us while
+// it is the job's creation.
 func jobFromMap(m map[string]string, namespace string) (store.Job, error) {
 	j := store.Job{
 		Namespace:   namespace,
@@ -514,11 +517,15 @@ func jobFromMap(m map[string]string, namespace string) (store.Job, error) {
 			return j, err
 		}
 	}
-	// A job hash written before run_at_us holds run_at in nanoseconds.
-	if us, ok := m["run_at_us"]; ok {
+	// A job hash written before run_at_us holds run_at in nanoseconds; one
+	// that leaves it out (store.JobFormatDefaults) was due when created.
+	switch us, ok := m["run_at_us"]; {
+	case ok:
 		j.RunAt, err = parseMicros(us)
-	} else {
+	case m["run_at"] != "":
 		j.RunAt, err = parseTime(m["run_at"])
+	default:
+		j.RunAt = j.CreatedAt.Truncate(time.Microsecond)
 	}
 	return j, err
 }

@@ -212,6 +212,18 @@ local function promote(E, q, nowUs, chunk)
 	return #ids == chunk
 end
 
+-- runAtUs is job hash jk's run_at in µs, as text: its run_at_us; in a
+-- hash from before run_at_us its run_at (ns) cut to µs (as text: a double
+-- would round it), and that run_at as the second value; in a hash that
+-- leaves it out (store.JobFormatDefaults) its creation, cut the same way.
+local function runAtUs(jk)
+	local us, ns, created = unpack(redis.call('HMGET', jk, 'run_at_us', 'run_at', 'created_at'))
+	if us then return us end
+	if ns then return string.sub(ns, 1, -4), ns end
+	if created then return string.sub(created, 1, -4) end
+	return nil -- no such job
+end
+
 -- jobOf is job id's hash as scripts return it: HGETALL's fields and
 -- values and, as a lean hash (store.JobFormatLean) leaves the id to its
 -- key, the id.
@@ -360,9 +372,25 @@ end
 -- what its order key ak holds (priority: its first 16 hex digits) and
 -- the attempt while it is 0: Redis writes each field of a new hash on
 -- its own, and these four were a third of a batched job's hash write.
--- Readers add the id (jobOf) and the rest (jobFromMap).
+-- From store.JobFormatDefaults it also leaves out max_attempts while 0
+-- and run_at_us while it is the job's creation (now, to the µs): most
+-- jobs are due at once. Readers add the id (jobOf) and the rest
+-- (jobFromMap, runAtUs).
 local F, fill
-if format >= 2 then
+if format >= 3 then
+	F = {'queue', '', 'task', '', 'status', '', 'created_at', now, 'seq', '', '', ''}
+	fill = function(id, q, task, prio, runAt, maxAtt, status, seq, of, ov)
+		F[2], F[4], F[6], F[10], F[11], F[12] = q, task, status, seq, of, ov
+		local n = 12
+		if runAt ~= nowUs then
+			F[n + 1], F[n + 2], n = 'run_at_us', runAt, n + 2
+		end
+		if maxAtt ~= '0' then
+			F[n + 1], F[n + 2], n = 'max_attempts', maxAtt, n + 2
+		end
+		return n
+	end
+elseif format >= 2 then
 	F = {'queue', '', 'task', '', 'run_at_us', '', 'max_attempts', '', 'status', '', 'created_at', now, 'seq', '', '', ''}
 	fill = function(id, q, task, prio, runAt, maxAtt, status, seq, of, ov)
 		F[2], F[4], F[6], F[8], F[10], F[14], F[15], F[16] = q, task, runAt, maxAtt, status, seq, of, ov
@@ -648,11 +676,8 @@ for b = 8, #ARGV - 12, 13 do -- updateNF fields an update
 			if kind == 'G' then
 				-- Given back unstarted: its attempt, run_at, error and
 				-- place in claim order (its member) as before the claim.
-				local ra = redis.call('HGET', jk, 'run_at_us')
-				if not ra then
-					-- A hash from before run_at_us: its run_at in ns, cut
-					-- to µs as text (a double would round it).
-					ra = string.sub(redis.call('HGET', jk, 'run_at'), 1, -4)
+				local ra, oldNs = runAtUs(jk)
+				if oldNs then
 					redis.call('HSET', jk, 'run_at_us', ra)
 					redis.call('HDEL', jk, 'run_at')
 				end
@@ -756,8 +781,8 @@ return out
 
 // scriptNextRunAt returns the run_at of the first scheduled job of each
 // queue that has one, or of the namespace when no queue is given: 'u' and
-// run_at_us, or 'n' and the run_at (ns) of a hash written before
-// run_at_us. ARGV: P, E, queues….
+// its run_at in µs (runAtUs), or 'n' and the run_at (ns) of a hash written
+// before run_at_us. ARGV: P, E, queues….
 var scriptNextRunAt = newReadScript(`
 local E = ARGV[2]
 local keys = {}
@@ -767,11 +792,11 @@ local out = {}
 for _, k in ipairs(keys) do
 	local r = redis.call('ZRANGE', k, 0, 0)
 	if #r > 0 then
-		local us, ns = unpack(redis.call('HMGET', kJob(E, r[1]), 'run_at_us', 'run_at'))
-		if us then
-			out[#out + 1] = 'u' .. us
-		elseif ns then
+		local us, ns = runAtUs(kJob(E, r[1]))
+		if ns then
 			out[#out + 1] = 'n' .. ns
+		elseif us then
+			out[#out + 1] = 'u' .. us
 		end
 	end
 end
