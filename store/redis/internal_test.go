@@ -280,8 +280,9 @@ func (d *differ) step(i int) {
 	t, ctx := d.t, d.t.Context()
 	d.now = d.now.Add(d.ms(0, 3000))
 	// As if nodes of older builds came and went: job hashes are then
-	// written with their whole member (am, format 0) or in full (1); 3
-	// asks for more than this build writes, which is 2.
+	// written with their whole member (am, format 0), in full (1) or in
+	// an older lean format; JobFormat+1 asks for more than this build
+	// writes, which is JobFormat.
 	d.rs.SetJobFormat(d.r.IntN(store.JobFormat + 2))
 	ns := d.pick(diffNS)
 	switch k := d.r.IntN(100); {

@@ -86,7 +86,7 @@
 // kept: it would be the one value of a small job over Redis's
 // hash-max-listpack-value (64 by default), which makes Redis store the
 // hash as a hash table, twice the memory and slower to write. While a
-// node of an older build shares the store (Store.SetJobFormat) the
+// node built before job formats shares the store (Store.SetJobFormat) the
 // hashes are written with the whole member (field am) instead, which is
 // also what a hash written before ak holds until its order next changes;
 // every script reads both. A lean hash (store.JobFormatLean, once every
@@ -95,10 +95,11 @@
 // (the order key's first part) and its attempt until a claim sets it,
 // and from store.JobFormatDefaults its max_attempts while 0 and its
 // run_at_us while it is its creation: Redis writes a new hash field by
-// field, and these were six of about thirteen. Other scores are microseconds (exact in a
-// double until the year 2255) or Seq; due checks and retention cut-offs
-// are therefore exact to the microsecond, the precision the store
-// contract asks for. A run_at
+// field, and these were six of about thirteen.
+//
+// Other scores are microseconds (exact in a double until the year 2255)
+// or Seq; due checks and retention cut-offs are therefore exact to the
+// microsecond, the precision the store contract asks for. A run_at
 // past 2255 (up to 9999 is allowed) rounds in the scheduled indexes by at
 // most 16 µs, which a due check made before 2255 cannot see; JobNextRunAt
 // may then name one of two such jobs that lie that close. The job hash

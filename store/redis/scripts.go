@@ -292,8 +292,8 @@ const (
 // scriptEnqueue writes a whole JobEnqueueMany group.
 // KEYS: the fence's lease, if any. ARGV: P, fence holder, fence epoch (see
 // checkFence), E, ns, now (ns), now (µs), now's run_at order key, job
-// record format (store.JobFormat: 1 writes ak, see amOf; 2 also leaves
-// out what the key and ak hold, see F), then items. A full item has enqueueNF fields:
+// record format (store.JobFormat: 1 writes ak, see amOf; 2 and 3 leave
+// fields out, see F), then items. A full item has enqueueNF fields:
 // kind (J new admitted, S new shed, R replay admitted, X replay shed), id,
 // queue, task, has payload, payload, priority, run_at (µs, the hash's
 // run_at_us), max_attempts, unique key, debounce key, due (1: available
