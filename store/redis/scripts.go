@@ -30,21 +30,26 @@ local function memo(t, a, b, build)
 	end
 	return v
 end
--- kSt and kAv keep the keys they build for the rest of the script, by
--- E and name: a group's jobs share their namespace, status and queues,
--- and a table lookup costs less than building the string anew.
+-- kSt, kAv, kRun, kFin and kFinAll keep the keys they build for the
+-- rest of the script, by E and name: a group's jobs share their
+-- namespace, statuses and queues, and a table lookup costs less than
+-- building the string anew (a claim or an ack asks for three or four of
+-- these a job).
 local function buildSt(E, st) return P .. 'st:' .. E .. ':' .. st end
 local function buildAv(E, q) return P .. 'av:' .. E .. ':' .. enc(q) end
-local stKeys, avKeys = {}, {}
+local function buildRun(E) return P .. 'run:' .. E end
+local function buildFin(E, st) return P .. 'fin:' .. E .. ':' .. st end
+local function buildFinAll(st) return P .. 'fin:' .. st end
+local stKeys, avKeys, runKeys, finKeys, finAllKeys = {}, {}, {}, {}, {}
 local function kSt(E, st) return memo(stKeys, E, st, buildSt) end
 local function kAv(E, q) return memo(avKeys, E, q, buildAv) end
+local function kRun(E) return memo(runKeys, E, '', buildRun) end
+local function kFin(E, st) return memo(finKeys, E, st, buildFin) end
+local function kFinAll(st) return memo(finAllKeys, st, '', buildFinAll) end
 local function kSc(E, q) return P .. 'sc:' .. E .. ':' .. enc(q) end
 local function kScn(E) return P .. 'scn:' .. E end
-local function kRun(E) return P .. 'run:' .. E end
 local function kUk(E) return P .. 'uk:' .. E end
 local function kDk(E) return P .. 'dk:' .. E end
-local function kFin(E, st) return P .. 'fin:' .. E .. ':' .. st end
-local function kFinAll(st) return P .. 'fin:' .. st end
 local function kRt(E, q) return P .. 'rt:' .. E .. ':' .. enc(q) end
 local function int(n) return string.format('%d', n) end
 local function kLease(name) return P .. 'lease:' .. name end
