@@ -810,6 +810,20 @@ func TestSmallJobsStayCompact(t *testing.T) {
 	checkInvariants(t, s)
 }
 
+// A store never writes a format this build does not know, nor a
+// negative one, whatever it is told (a member row is another node's word).
+func TestSetJobFormatStaysInTheKnownFormats(t *testing.T) {
+	s := &Store{}
+	for _, c := range []struct{ set, want int }{
+		{-1, 0}, {0, 0}, {store.JobFormatOrderKey, store.JobFormatOrderKey}, {store.JobFormat, store.JobFormat}, {store.JobFormat + 1, store.JobFormat}, {1 << 40, store.JobFormat},
+	} {
+		s.SetJobFormat(c.set)
+		if got := s.formatArg(); got != strconv.Itoa(c.want) {
+			t.Errorf("SetJobFormat(%d): scripts get format %s, want %d", c.set, got, c.want)
+		}
+	}
+}
+
 // Every job record format (store.JobFormat) writes the hashes its nodes
 // read, and reads back the same jobs: format 0 (a node built before
 // formats were told) the whole dispatch-order member am; 1 the order key
